@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/gtrain/gtrain/launch"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+// IOStreams are the standard streams a command uses, injectable for tests.
+type IOStreams struct {
+	In       io.Reader
+	Out, Err io.Writer
+	// ErrTTY is true when Err is a terminal that can show a live table.
+	ErrTTY bool
+	Getenv func(string) string
+}
+
+// Stdio returns the process's own streams.
+func Stdio() *IOStreams {
+	return &IOStreams{
+		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
+		ErrTTY: term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("TERM") != "dumb",
+		Getenv: os.Getenv,
+	}
+}
+
+// signals carries gtrain's own interrupts to the commands: the first SIGINT or
+// SIGTERM cancels ctx with an *launch.InterruptedError as its cause; a second
+// one closes abort (stop waiting for a graceful teardown).
+type signals struct {
+	abort <-chan struct{}
+}
+
+// Main runs gtrain with args and returns its exit code.
+func Main(args []string, ios *IOStreams) int {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	abort := make(chan struct{})
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	// Writes to a closed stdout return EPIPE instead of killing gtrain, so the
+	// agent can still tear its ranks down when the launcher is gone.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	defer signal.Stop(sigc)
+	go func() {
+		s, ok := <-sigc
+		if !ok {
+			return
+		}
+		cancel(&launch.InterruptedError{Signal: s})
+		if _, ok := <-sigc; ok {
+			close(abort)
+		}
+	}()
+	root := NewCmdRoot(ios, &signals{abort: abort})
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		printError(ios.Err, err)
+	}
+	return ExitCode(err)
+}
+
+// printError prints err once, as gtrain's one-line error.
+func printError(w io.Writer, err error) {
+	var silent *silentError
+	if errors.As(err, &silent) {
+		return
+	}
+	fmt.Fprintf(w, "gtrain: %v\n", err)
+}
+
+// silentError carries an exit code for an error that was already reported.
+type silentError struct{ err error }
+
+func (e *silentError) Error() string { return e.err.Error() }
+func (e *silentError) Unwrap() error { return e.err }
+
+// NewCmdRoot builds the command tree.
+func NewCmdRoot(ios *IOStreams, sig *signals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gtrain",
+		Short: "Launch distributed training jobs on one or many GPU hosts",
+		Long: `gtrain launches one rank per GPU slot on every host of a hostfile (or on
+this machine), gives each rank the torchrun environment, streams per-rank
+output and status, and tears the whole job down when any rank fails.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Version:       buildVersion(),
+	}
+	root.SetIn(ios.In)
+	root.SetOut(ios.Out)
+	root.SetErr(ios.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &launch.UsageError{Err: err} })
+	root.PersistentFlags().String("config", "", "config file (default ./gtrain.yaml if present; env GTRAIN_CONFIG)")
+	root.AddCommand(
+		NewCmdRun(ios, sig, nil),
+		NewCmdAgent(ios),
+		newCmdNotYet("plan", "Preview 3D-parallel layouts for a model on a cluster", 7),
+		newCmdNotYet("resume", "Restart a job from its last good checkpoint", 5),
+		NewCmdVersion(ios),
+	)
+	return root
+}
+
+// buildVersion is the version stamped at build time, else the module version.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// NotImplementedError is returned by commands whose issue has not landed.
+type NotImplementedError struct {
+	Command string
+	Issue   int
+}
+
+func (e *NotImplementedError) Error() string {
+	return fmt.Sprintf("%s: not implemented yet (tracked in issue %d)", e.Command, e.Issue)
+}
+
+func newCmdNotYet(name, short string, issue int) *cobra.Command {
+	return &cobra.Command{
+		Use:   name,
+		Short: short + " (not implemented yet)",
+		RunE: func(*cobra.Command, []string) error {
+			return &NotImplementedError{Command: "gtrain " + name, Issue: issue}
+		},
+	}
+}
+
+// NewCmdVersion prints gtrain's version.
+func NewCmdVersion(ios *IOStreams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print gtrain's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintf(ios.Out, "gtrain %s\n", buildVersion())
+			return err
+		},
+	}
+}

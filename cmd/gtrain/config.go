@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/gtrain/gtrain/launch"
+)
+
+// DefaultConfigFile is read from the working directory when it exists and
+// no --config (or GTRAIN_CONFIG) names another.
+const DefaultConfigFile = "gtrain.yaml"
+
+// notConfigurable are flags that make no sense to take from the environment
+// or a file.
+var notConfigurable = map[string]bool{"config": true, "help": true, "version": true, "dry-run": true}
+
+// applyConfig fills every flag of cmd that was not given on the command line:
+// first from a GTRAIN_<FLAG> environment variable (dashes as underscores,
+// upper case), then from the config file's key of the flag's name, else the
+// flag keeps its default. Command-line flags always win. A fresh viper per
+// invocation keeps bindings from leaking between commands.
+func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
+	v := viper.New()
+	v.SetEnvPrefix("GTRAIN")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	if err := readConfigFile(cmd, v, getenv); err != nil {
+		return err
+	}
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed || notConfigurable[f.Name] {
+			return
+		}
+		env := "GTRAIN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if val := getenv(env); val != "" {
+			if err := setFlag(f, []string{val}); err != nil {
+				errs = append(errs, fmt.Errorf("config: %s=%q: %w", env, val, err))
+			}
+			return
+		}
+		if !v.InConfig(f.Name) {
+			return
+		}
+		vals, err := configValues(v.Get(f.Name))
+		if err == nil {
+			err = setFlag(f, vals)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: key %q: %w", v.ConfigFileUsed(), f.Name, err))
+		}
+	})
+	if len(errs) > 0 {
+		return &launch.UsageError{Err: errors.Join(errs...)}
+	}
+	return nil
+}
+
+// readConfigFile loads --config, else GTRAIN_CONFIG, else ./gtrain.yaml if
+// present. A config file that was named explicitly must exist.
+func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) string) error {
+	path, _ := cmd.Flags().GetString("config")
+	explicit := path != ""
+	if !explicit {
+		path = getenv("GTRAIN_CONFIG")
+		explicit = path != ""
+	}
+	if !explicit {
+		path = DefaultConfigFile
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return &launch.UsageError{Err: fmt.Errorf("config: read %s: %w", path, err)}
+	}
+	for _, k := range v.AllKeys() {
+		if cmd.Flags().Lookup(k) == nil && k != "config" && cmd.Root().PersistentFlags().Lookup(k) == nil {
+			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain %s, e.g. nproc-per-node)", path, k, cmd.Name())}
+		}
+	}
+	return nil
+}
+
+// configValues turns a YAML value into flag strings: a list gives one string
+// per element (for repeatable flags), anything else one.
+func configValues(val any) ([]string, error) {
+	if list, ok := val.([]any); ok {
+		out := make([]string, len(list))
+		for i, x := range list {
+			s, err := cast.ToStringE(x)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = s
+		}
+		return out, nil
+	}
+	s, err := cast.ToStringE(val)
+	if err != nil {
+		return nil, err
+	}
+	return []string{s}, nil
+}
+
+// setFlag sets f from vals without marking it changed on the command line.
+func setFlag(f *pflag.Flag, vals []string) error {
+	if len(vals) > 1 && !strings.HasSuffix(f.Value.Type(), "Array") && !strings.HasSuffix(f.Value.Type(), "Slice") {
+		return fmt.Errorf("a list, but --%s takes one value", f.Name)
+	}
+	for _, s := range vals {
+		if err := f.Value.Set(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// underscoreToDash lets --nproc_per_node (torchrun's spelling) mean --nproc-per-node.
+func underscoreToDash(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/launch/proto"
+	"github.com/gtrain/gtrain/launch/status"
+)
+
+// RunOptions are the inputs of `gtrain run`.
+type RunOptions struct {
+	IO      *IOStreams
+	Signals *signals
+
+	Command      []string
+	NprocPerNode int
+	Hostfile     string
+	Filter       hostfiles.Filter
+	MasterAddr   string
+	MasterPort   int
+	RunID        string
+	MaxRestarts  int
+	Grace        time.Duration
+	Heartbeat    time.Duration
+	LogDir       string
+	Env          []string
+	Output       string // text or json
+	Table        string // auto, always, never
+	DryRun       bool
+}
+
+// NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
+// when nil) does the work.
+func NewCmdRun(ios *IOStreams, sig *signals, runF func(context.Context, *RunOptions) error) *cobra.Command {
+	opts := &RunOptions{IO: ios, Signals: sig}
+	if runF == nil {
+		runF = runRun
+	}
+	cmd := &cobra.Command{
+		Use:   "run [flags] [--] command [args...]",
+		Short: "Launch a job: one rank per slot on every host",
+		Long: `Launch a job: one rank of the command per slot on every host of the hostfile,
+or --nproc-per-node ranks on this machine when no hostfile is given. Each rank
+gets the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).
+The first rank to fail stops the whole job; gtrain exits with its code.
+
+Flags come before the command; everything from the command on is passed to it.`,
+		Example: `  gtrain run --nproc-per-node 4 -- python3 train.py --lr 3e-4
+  gtrain run --hostfile hosts.txt --exclude worker-1:0 -- python3 train.py
+  gtrain run --dry-run --output json --nproc-per-node 2 -- ./a.out`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfig(cmd, ios.Getenv); err != nil {
+				return err
+			}
+			opts.Command = args
+			return runF(cmd.Context(), opts)
+		},
+	}
+	// Flags end at the command: `gtrain run python3 x.py --lr 1` passes --lr on.
+	cmd.Flags().SetInterspersed(false)
+	// torchrun spells its flags with underscores; accept both spellings.
+	cmd.Flags().SetNormalizeFunc(underscoreToDash)
+	f := cmd.Flags()
+	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
+	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile: `host slots=N` lines (DeepSpeed/Open MPI form)")
+	f.StringVarP(&opts.Filter.Include, "include", "i", "", "use only these hosts/slots, e.g. worker-0:0,2@worker-1")
+	f.StringVarP(&opts.Filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
+	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "use only the first N hosts of the hostfile")
+	f.IntVar(&opts.Filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
+	f.StringVar(&opts.MasterAddr, "master-addr", "", "address of rank 0 as the other nodes reach it (default: first host; 127.0.0.1 when local)")
+	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
+	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
+	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
+	f.DurationVar(&opts.Grace, "grace-period", 30*time.Second, "time between SIGTERM and SIGKILL at teardown")
+	f.DurationVar(&opts.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
+	f.StringVar(&opts.LogDir, "log-dir", "", "write each rank's output to DIR/<rdzv-id>/attempt-N/rank-R.log")
+	f.StringArrayVar(&opts.Env, "env", nil, "set KEY=VALUE in every rank's environment (repeatable)")
+	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
+	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
+	_ = f.MarkHidden("heartbeat")
+	return cmd
+}
+
+// runRun resolves the job and runs (or, with --dry-run, prints) it.
+func runRun(ctx context.Context, o *RunOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	nodes, fromFile, err := o.nodes()
+	if err != nil {
+		return err
+	}
+	plan, err := launch.NewPlan(launch.Options{
+		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
+		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
+		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
+		Env: o.Env, Getenv: o.IO.Getenv,
+	})
+	if err != nil {
+		return err
+	}
+	if o.DryRun {
+		return printPlan(o.IO.Out, plan, o.Output)
+	}
+	for _, h := range plan.Hosts {
+		if !h.Local {
+			return &NotImplementedError{Command: fmt.Sprintf("gtrain run on remote host %q (SSH transport)", h.Name), Issue: 3}
+		}
+	}
+	return execute(ctx, o, plan)
+}
+
+// check validates flag values that need no I/O.
+func (o *RunOptions) check() error {
+	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
+	switch {
+	case len(o.Command) == 0:
+		return usage("run: no command given: put it after the flags, e.g. gtrain run --nproc-per-node 2 -- python3 train.py (the built-in engine arrives with issue 5)")
+	case o.NprocPerNode < 1:
+		return usage("run: --nproc-per-node %d: must be at least 1", o.NprocPerNode)
+	case o.MasterPort < 0 || o.MasterPort > 65535:
+		return usage("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
+	case o.MaxRestarts < 0:
+		return usage("run: --max-restarts %d: must be 0 or more", o.MaxRestarts)
+	case o.Grace < 0:
+		return usage("run: --grace-period %v: must not be negative", o.Grace)
+	case o.Output != "text" && o.Output != "json":
+		return usage("run: --output %q: want text or json", o.Output)
+	case o.Table != "auto" && o.Table != "always" && o.Table != "never":
+		return usage("run: --table %q: want auto, always or never", o.Table)
+	}
+	return nil
+}
+
+// nodes returns the hosts and slots to run on: from the hostfile and its
+// filters, or this machine with --nproc-per-node slots.
+func (o *RunOptions) nodes() ([]hostfiles.Node, bool, error) {
+	if o.Hostfile == "" {
+		if o.Filter != (hostfiles.Filter{}) {
+			return nil, false, &launch.UsageError{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
+		}
+		slots := make([]int, o.NprocPerNode)
+		for i := range slots {
+			slots[i] = i
+		}
+		return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: o.NprocPerNode}, SlotIDs: slots}}, false, nil
+	}
+	if o.NprocPerNode != 1 {
+		return nil, false, &launch.UsageError{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
+	}
+	hosts, err := hostfiles.ParseFile(o.Hostfile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, &launch.UsageError{Err: err}
+		}
+		return nil, false, err
+	}
+	nodes, err := hostfiles.Select(hosts, o.Filter)
+	if err != nil {
+		return nil, false, &launch.UsageError{Err: err}
+	}
+	return nodes, true, nil
+}
+
+// execute runs the plan with the views the options ask for.
+func execute(ctx context.Context, o *RunOptions, plan *launch.Plan) error {
+	tr, err := launch.NewLocal()
+	if err != nil {
+		return err
+	}
+	view := o.view(plan)
+	err = launch.Run(ctx, plan, launch.Runtime{Transport: tr, View: view, LogDir: o.LogDir, Abort: o.Signals.abort})
+	code := ExitCode(err)
+	msg := "all ranks exited 0"
+	if err != nil {
+		msg = err.Error()
+	}
+	view.Event(proto.Event{V: proto.Version, Type: proto.EventJobExited, Time: time.Now(), Rank: -1, Code: code, Message: msg})
+	if cerr := view.Close(); err == nil && cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		// The views have told the story (the failure report is a notice);
+		// keep the exit code without printing the error a second time.
+		return &silentError{err}
+	}
+	return nil
+}
+
+// view builds the output of a run: JSON events, a live table, or prefixed lines.
+func (o *RunOptions) view(plan *launch.Plan) status.View {
+	multiHost := len(plan.Hosts) > 1
+	if o.Output == "json" {
+		return status.NewJSON(o.IO.Out)
+	}
+	if o.Table == "always" || (o.Table == "auto" && o.IO.ErrTTY) {
+		m := status.NewModel(rankInfos(plan))
+		return status.NewTable(o.IO.Out, o.IO.Err, m, multiHost, 250*time.Millisecond)
+	}
+	return status.NewLines(o.IO.Out, o.IO.Err, multiHost)
+}
+
+func rankInfos(p *launch.Plan) []status.RankInfo {
+	out := make([]status.RankInfo, len(p.Ranks))
+	for i, r := range p.Ranks {
+		out[i] = status.RankInfo{Rank: r.Rank, LocalRank: r.LocalRank, Node: r.Node, Host: r.Host}
+	}
+	return out
+}

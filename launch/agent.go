@@ -1,0 +1,227 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// RunAgent is the node agent (`gtrain agent`): it reads a proto.Spec from in,
+// starts the node's ranks, writes proto events to out, and returns once every
+// rank has ended. It tears all ranks down when the launcher says stop, when in
+// reaches end of file (the launcher is gone), or when ctx is cancelled (the
+// agent itself was signalled). version is reported in the joined event.
+func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) error {
+	enc := proto.NewEncoder(out)
+	dec := proto.NewDecoder(in)
+	var spec proto.Spec
+	if err := dec.Decode(&spec); err != nil {
+		err = fmt.Errorf("agent: read job spec: %w", err)
+		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Rank: -1, Message: err.Error()})
+		return err
+	}
+	if err := checkSpec(&spec); err != nil {
+		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Host: spec.Host, Node: spec.Node, Rank: -1, Message: err.Error()})
+		return err
+	}
+	a := &agent{spec: &spec, enc: enc}
+	return a.run(ctx, dec, version)
+}
+
+func checkSpec(s *proto.Spec) error {
+	switch {
+	case len(s.Command) == 0:
+		return errors.New("agent: job spec has no command")
+	case len(s.Ranks) == 0:
+		return errors.New("agent: job spec has no ranks for this node")
+	case s.GraceMillis < 0:
+		return errors.New("agent: negative grace period")
+	}
+	return nil
+}
+
+// agent holds the state of one node agent run.
+type agent struct {
+	spec   *proto.Spec
+	enc    *proto.Encoder
+	tmpdir string
+
+	mu    sync.Mutex
+	ranks []*rankProc
+}
+
+// emit writes an event for this node, filling in the common fields.
+func (a *agent) emit(ev proto.Event) {
+	ev.V = proto.Version
+	ev.Time = time.Now()
+	ev.Host = a.spec.Host
+	ev.Node = a.spec.Node
+	// A write error means the launcher is gone; stdin EOF will stop us.
+	_ = a.enc.Encode(ev)
+}
+
+func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) error {
+	a.emit(proto.Event{Type: proto.EventJoined, Rank: -1, Facts: hostFacts(version)})
+	if err := becomeSubreaper(); err != nil {
+		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: cannot become child subreaper: " + err.Error()})
+	}
+	if a.spec.ErrorFiles {
+		dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.spec.RunID)+"-")
+		if err != nil {
+			a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: error files: " + err.Error()})
+		} else {
+			a.tmpdir = dir
+			defer os.RemoveAll(dir)
+		}
+	}
+	cmds := make(chan proto.Command, 4)
+	go readCommands(dec, cmds)
+
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, rs := range a.spec.Ranks {
+		rp := a.start(rs)
+		wg.Add(1)
+		go func() { defer wg.Done(); <-rp.done }()
+	}
+	go func() { wg.Wait(); close(all) }()
+
+	a.supervise(ctx, cmds, all)
+	a.cleanup()
+	a.emit(proto.Event{Type: proto.EventDone, Rank: -1})
+	return nil
+}
+
+// supervise waits for every rank to end, tearing them down when told to.
+func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-chan struct{}) {
+	var beat <-chan time.Time
+	if d := a.spec.Heartbeat(); d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		beat = t.C
+	}
+	var kill <-chan time.Time
+	sigs := ctx.Done()
+	for {
+		select {
+		case <-all:
+			return
+		case <-beat:
+			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			reapZombies(a.rankPIDs())
+		case <-sigs:
+			sigs = nil
+			kill = a.stop(a.spec.Grace())
+		case c := <-cmds:
+			switch c.Type {
+			case proto.CommandStop:
+				kill = a.stop(a.spec.Grace())
+			case proto.CommandKill:
+				kill = a.stop(0)
+			}
+		case <-kill:
+			kill = nil
+			a.signalAll(syscall.SIGKILL)
+		}
+	}
+}
+
+// readCommands forwards launcher commands; at end of input (the launcher is
+// gone) or on a garbled line it asks for a stop, then keeps quiet.
+func readCommands(dec *proto.Decoder, out chan<- proto.Command) {
+	for {
+		var c proto.Command
+		if err := dec.Decode(&c); err != nil {
+			out <- proto.Command{V: proto.Version, Type: proto.CommandStop, Reason: "launcher connection closed"}
+			return
+		}
+		out <- c
+	}
+}
+
+// stop starts a teardown: SIGTERM to every running rank's process group now,
+// and a timer for the SIGKILL that follows after grace (at once if grace is 0).
+func (a *agent) stop(grace time.Duration) <-chan time.Time {
+	if grace <= 0 {
+		a.signalAll(syscall.SIGKILL)
+		return nil
+	}
+	a.signalAll(syscall.SIGTERM)
+	return time.After(grace)
+}
+
+// signalAll signals the process group of every rank still running.
+func (a *agent) signalAll(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, rp := range a.ranks {
+		if rp.pid > 0 && !rp.exited.Load() {
+			rp.killed.Store(true)
+			_ = signalGroup(rp.pid, sig)
+		}
+	}
+}
+
+// cleanup kills what a finished job left behind: members of each rank's
+// process group that outlived their leader, and orphans re-parented to the
+// agent because they escaped the group.
+func (a *agent) cleanup() {
+	a.mu.Lock()
+	for _, rp := range a.ranks {
+		if rp.pid > 0 {
+			_ = signalGroup(rp.pid, syscall.SIGKILL)
+		}
+	}
+	a.mu.Unlock()
+	if pids := sweepOrphans(a.rankPIDs()); len(pids) > 0 {
+		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: fmt.Sprintf("agent: killed %d process(es) that outlived their rank: %v", len(pids), pids)})
+	}
+}
+
+// rankPIDs returns the PIDs of the rank processes, which exec.Cmd.Wait
+// reaps; the orphan sweeps must leave them alone.
+func (a *agent) rankPIDs() map[int]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := make(map[int]bool, len(a.ranks))
+	for _, rp := range a.ranks {
+		if rp.pid > 0 && !rp.exited.Load() {
+			m[rp.pid] = true
+		}
+	}
+	return m
+}
+
+func hostFacts(version string) *proto.HostFacts {
+	name, _ := os.Hostname()
+	return &proto.HostFacts{
+		Hostname: name,
+		OS:       runtime.GOOS,
+		Arch:     runtime.GOARCH,
+		CPUs:     runtime.NumCPU(),
+		PID:      os.Getpid(),
+		Version:  version,
+	}
+}
+
+// safeName keeps s usable inside a file name.
+func safeName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}

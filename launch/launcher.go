@@ -1,0 +1,242 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+	"github.com/gtrain/gtrain/launch/status"
+)
+
+// Runtime is what Run needs besides the Plan.
+type Runtime struct {
+	Transport Transport
+	View      status.View     // receives every event of every attempt
+	LogDir    string          // "" = no log files; else one file per rank per attempt
+	Abort     <-chan struct{} // closed on a second interrupt: SIGKILL everything now
+	LastLines int             // lines of a failed rank's output to report (default 10)
+	// AgentGrace is how long after a stop the launcher waits, beyond the
+	// ranks' grace period, before killing an agent that has not finished.
+	AgentGrace time.Duration
+}
+
+// Run executes the plan: it starts one agent per host, streams their events
+// to rt.View, and tears the whole job down when a rank fails, an agent is
+// lost, or ctx is cancelled (context.Cause(ctx) should then be an
+// *InterruptedError). After a rank failure the job is restarted, all ranks
+// together, up to p.MaxRestarts times. It returns nil when every rank of an
+// attempt exited with code 0.
+func Run(ctx context.Context, p *Plan, rt Runtime) error {
+	if rt.LastLines <= 0 {
+		rt.LastLines = 10
+	}
+	if rt.AgentGrace <= 0 {
+		rt.AgentGrace = 10 * time.Second
+	}
+	for attempt := 0; ; attempt++ {
+		err := runAttempt(ctx, p, rt, attempt)
+		var rf *RankFailedError
+		if errors.As(err, &rf) && attempt < p.MaxRestarts && ctx.Err() == nil {
+			notice(rt.View, fmt.Sprintf("%v; restarting the job (restart %d of %d)", err, attempt+1, p.MaxRestarts))
+			continue
+		}
+		return err
+	}
+}
+
+// notice sends a message from gtrain to the views.
+func notice(v status.View, msg string) {
+	v.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
+}
+
+// agentMsg is one event, or the end of the stream, from the agent of node.
+type agentMsg struct {
+	node int
+	ev   proto.Event
+	err  error // set with end: why the stream ended (io.EOF when cleanly)
+	end  bool
+}
+
+// attempt is the state of one run of the job.
+type attempt struct {
+	p        *Plan
+	rt       Runtime
+	n        int
+	view     status.View
+	conns    []AgentConn
+	done     []bool           // agent said done
+	tails    map[int][]string // rank → last lines
+	failure  error            // the first reason the job is going down
+	stopping bool
+	deadline <-chan time.Time // agents still running then are killed
+}
+
+func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
+	a := &attempt{p: p, rt: rt, n: n, view: rt.View, done: make([]bool, len(p.Hosts)), tails: map[int][]string{}}
+	if rt.LogDir != "" {
+		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
+		if err != nil {
+			return err
+		}
+		a.view = status.Multi(rt.View, ld)
+		defer func() {
+			if err := ld.Close(); err != nil {
+				notice(rt.View, "log dir: "+err.Error())
+			}
+		}()
+	}
+	msgs := make(chan agentMsg, 64)
+	if err := a.startAgents(ctx, msgs); err != nil {
+		return err
+	}
+	a.loop(ctx, msgs)
+	for _, c := range a.conns {
+		_ = c.Close()
+	}
+	return a.failure
+}
+
+// startAgents starts every node's agent and a reader for each. If one cannot
+// start, those already started are stopped.
+func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
+	for i, h := range a.p.Hosts {
+		c, err := a.rt.Transport.Start(ctx, h, a.p.Spec(i, a.n))
+		if err != nil {
+			for _, c := range a.conns {
+				_ = c.Kill()
+				_ = c.Close()
+			}
+			return err
+		}
+		a.conns = append(a.conns, c)
+		go func() {
+			for {
+				ev, err := c.Recv()
+				if err != nil {
+					msgs <- agentMsg{node: i, err: err, end: true}
+					return
+				}
+				msgs <- agentMsg{node: i, ev: ev}
+			}
+		}()
+	}
+	return nil
+}
+
+// loop handles events until every agent's stream has ended.
+func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
+	live := len(a.conns)
+	interrupted := ctx.Done()
+	abort := a.rt.Abort
+	for live > 0 {
+		select {
+		case m := <-msgs:
+			if m.end {
+				live--
+				a.agentEnded(m)
+				continue
+			}
+			a.handle(m.ev)
+		case <-interrupted:
+			interrupted = nil
+			a.fail(context.Cause(ctx), "interrupted")
+		case <-abort:
+			abort = nil
+			a.fail(context.Cause(ctx), "killed")
+			a.sendAll(proto.CommandKill, "second interrupt")
+		case <-a.deadline:
+			a.deadline = nil
+			notice(a.view, "agents did not finish teardown in time; killing them")
+			for _, c := range a.conns {
+				_ = c.Kill()
+			}
+		}
+	}
+}
+
+// handle passes an agent event to the views and reacts to failures.
+func (a *attempt) handle(ev proto.Event) {
+	switch ev.Type {
+	case proto.EventError:
+		// Agent problems are for the user: show them as notices.
+		notice(a.view, fmt.Sprintf("%s: %s", ev.Host, ev.Message))
+		return
+	case proto.EventLog:
+		t := append(a.tails[ev.Rank], ev.Line)
+		if len(t) > a.rt.LastLines {
+			t = t[len(t)-a.rt.LastLines:]
+		}
+		a.tails[ev.Rank] = t
+	case proto.EventDone:
+		a.done[ev.Node] = true
+	case proto.EventRankExited:
+		if ev.Code != 0 && !ev.Killed && a.failure == nil {
+			a.view.Event(ev)
+			a.fail(&RankFailedError{Host: ev.Host, Node: ev.Node, Rank: ev.Rank, LocalRank: ev.Local,
+				PID: ev.PID, Code: ev.Code, Signal: ev.Signal, Message: ev.Message, LastLines: a.tails[ev.Rank]},
+				fmt.Sprintf("rank %d failed", ev.Rank))
+			return
+		}
+	}
+	a.view.Event(ev)
+}
+
+// agentEnded handles the end of an agent's event stream. An agent that ends
+// before saying done was lost.
+func (a *attempt) agentEnded(m agentMsg) {
+	if a.done[m.node] {
+		return
+	}
+	err := m.err
+	if err == io.EOF {
+		err = errors.New("agent exited before its ranks finished")
+	}
+	h := a.p.Hosts[m.node]
+	a.fail(&AgentLostError{Host: h.Name, Node: m.node, Err: err, Stderr: a.conns[m.node].Stderr()}, "agent lost")
+}
+
+// fail records the first failure and tears every node down.
+func (a *attempt) fail(err error, why string) {
+	if a.failure == nil {
+		a.failure = err
+		if rf, ok := err.(*RankFailedError); ok {
+			notice(a.view, rf.Report())
+		} else if err != nil {
+			notice(a.view, err.Error())
+		}
+	}
+	if a.stopping {
+		return
+	}
+	a.stopping = true
+	a.sendAll(proto.CommandStop, why)
+	a.deadline = time.After(a.p.Grace + a.rt.AgentGrace)
+}
+
+// sendAll sends a command to every agent that has not finished.
+func (a *attempt) sendAll(typ, reason string) {
+	for i, c := range a.conns {
+		if !a.done[i] {
+			_ = c.Send(proto.Command{V: proto.Version, Type: typ, Reason: reason})
+		}
+	}
+}
+
+// Spec is the job spec for the agent of node i in the given attempt.
+func (p *Plan) Spec(i, attempt int) *proto.Spec {
+	h := p.Hosts[i]
+	s := &proto.Spec{
+		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
+		Command: p.Command, Dir: p.Dir, GraceMillis: p.Grace.Milliseconds(),
+		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true,
+	}
+	for _, r := range p.Ranks {
+		if r.Node == h.Node {
+			s.Ranks = append(s.Ranks, proto.RankSpec{Rank: r.Rank, LocalRank: r.LocalRank, Env: p.RankEnv(r, attempt)})
+		}
+	}
+	return s
+}

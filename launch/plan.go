@@ -1,0 +1,274 @@
+package launch
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gtrain/gtrain/hostfiles"
+)
+
+// DefaultRole is the role name every rank gets (torchrun's default).
+const DefaultRole = "default"
+
+// Options describe a job before it is resolved into a Plan.
+type Options struct {
+	Nodes        []hostfiles.Node // where to run, in node-rank order
+	FromHostfile bool             // Nodes came from a hostfile: slots are device ids (CUDA_VISIBLE_DEVICES)
+	Command      []string
+	MasterAddr   string        // "" = the first node's address
+	MasterPort   int           // 0 = a free port picked for this job
+	RunID        string        // "" = a fresh random id
+	MaxRestarts  int           // whole-job restarts after a failure
+	Grace        time.Duration // SIGTERM → SIGKILL
+	Heartbeat    time.Duration // agent heartbeat interval
+	Dir          string        // working directory of the ranks
+	Env          []string      // KEY=VALUE for every rank (--env)
+	Getenv       func(string) string
+}
+
+// Plan is a job resolved down to every rank and its environment. It is what
+// `gtrain run --dry-run` prints and what Run executes.
+type Plan struct {
+	RunID       string        `json:"run_id"`
+	Command     []string      `json:"command"`
+	MasterAddr  string        `json:"master_addr"`
+	MasterPort  int           `json:"master_port"`
+	WorldSize   int           `json:"world_size"`
+	MaxRestarts int           `json:"max_restarts"`
+	Grace       time.Duration `json:"-"`
+	Heartbeat   time.Duration `json:"-"`
+	Dir         string        `json:"dir,omitempty"`
+	Hosts       []PlanHost    `json:"hosts"`
+	Ranks       []PlanRank    `json:"ranks"`
+}
+
+// PlanHost is one node of the job.
+type PlanHost struct {
+	Name  string `json:"name"`
+	Addr  string `json:"addr"`
+	User  string `json:"user,omitempty"`
+	Node  int    `json:"node"`
+	Slots []int  `json:"slots"`
+	Local bool   `json:"local"` // this machine: started without SSH
+}
+
+// PlanRank is one rank and the environment gtrain gives it (on top of the
+// environment the agent itself runs in).
+type PlanRank struct {
+	Rank      int               `json:"rank"`
+	Host      string            `json:"host"`
+	Node      int               `json:"node"`
+	LocalRank int               `json:"local_rank"`
+	Slot      int               `json:"slot"`
+	Env       map[string]string `json:"env"`
+}
+
+// contractVars are the variables gtrain sets for every rank; --env may not
+// override them.
+var contractVars = []string{
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+	"ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+	"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+	"GTRAIN_RUN_ID", "GTRAIN_HOST", "GTRAIN_SLOT", "GTRAIN_ATTEMPT", "GTRAIN_STATUS_FD",
+}
+
+// NewPlan resolves o into a Plan: it numbers ranks (hosts in order, slots in
+// order; node rank = host index), picks the master address and port and a run
+// id when not given, and computes each rank's environment for attempt 0.
+func NewPlan(o Options) (*Plan, error) {
+	if len(o.Command) == 0 {
+		return nil, errors.New("launch: no command to run")
+	}
+	if len(o.Nodes) == 0 {
+		return nil, errors.New("launch: no hosts to run on")
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if err := checkUserEnv(o.Env); err != nil {
+		return nil, err
+	}
+	p := &Plan{
+		RunID: o.RunID, Command: o.Command, MasterAddr: o.MasterAddr, MasterPort: o.MasterPort,
+		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir,
+	}
+	if p.RunID == "" {
+		p.RunID = newRunID()
+	}
+	for i, n := range o.Nodes {
+		p.Hosts = append(p.Hosts, PlanHost{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i,
+			Slots: n.SlotIDs, Local: IsLocalHost(n.Name)})
+		p.WorldSize += len(n.SlotIDs)
+	}
+	if p.MasterAddr == "" {
+		p.MasterAddr = masterAddr(p.Hosts)
+	}
+	if p.MasterPort == 0 {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p.MasterPort = port
+	}
+	p.Ranks = p.rankTable(o)
+	return p, nil
+}
+
+// rankTable numbers the ranks and builds their environments.
+func (p *Plan) rankTable(o Options) []PlanRank {
+	var ranks []PlanRank
+	for _, h := range p.Hosts {
+		for local, slot := range h.Slots {
+			r := PlanRank{Rank: len(ranks), Host: h.Name, Node: h.Node, LocalRank: local, Slot: slot}
+			r.Env = p.rankEnv(r, h, o)
+			ranks = append(ranks, r)
+		}
+	}
+	return ranks
+}
+
+// rankEnv is the torchrun environment contract for one rank (attempt 0),
+// plus gtrain's own variables and the user's --env.
+func (p *Plan) rankEnv(r PlanRank, h PlanHost, o Options) map[string]string {
+	itoa := strconv.Itoa
+	env := map[string]string{}
+	for _, kv := range o.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	set := map[string]string{
+		"RANK": itoa(r.Rank), "LOCAL_RANK": itoa(r.LocalRank),
+		"WORLD_SIZE": itoa(p.WorldSize), "LOCAL_WORLD_SIZE": itoa(len(h.Slots)),
+		"GROUP_RANK": itoa(h.Node), "GROUP_WORLD_SIZE": itoa(len(p.Hosts)),
+		"ROLE_RANK": itoa(r.Rank), "ROLE_NAME": DefaultRole, "ROLE_WORLD_SIZE": itoa(p.WorldSize),
+		"MASTER_ADDR": p.MasterAddr, "MASTER_PORT": itoa(p.MasterPort),
+		"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": itoa(p.MaxRestarts),
+		"TORCHELASTIC_RUN_ID": p.RunID, "TORCHELASTIC_USE_AGENT_STORE": "False",
+		"GTRAIN_RUN_ID": p.RunID, "GTRAIN_HOST": h.Name, "GTRAIN_SLOT": itoa(r.Slot), "GTRAIN_ATTEMPT": "0",
+	}
+	for k, v := range set {
+		env[k] = v
+	}
+	// torchrun sets this for NCCL's watchdog unless the user chose otherwise.
+	if _, ok := env["NCCL_ASYNC_ERROR_HANDLING"]; !ok {
+		env["NCCL_ASYNC_ERROR_HANDLING"] = orDefault(o.Getenv("NCCL_ASYNC_ERROR_HANDLING"), "1")
+	}
+	// torchrun: one OpenMP thread per rank when several share a host and the
+	// user set none, so N ranks do not each spawn a thread per core.
+	if _, ok := env["OMP_NUM_THREADS"]; !ok {
+		if v := o.Getenv("OMP_NUM_THREADS"); v != "" {
+			env["OMP_NUM_THREADS"] = v
+		} else if len(h.Slots) > 1 {
+			env["OMP_NUM_THREADS"] = "1"
+		}
+	}
+	// DeepSpeed's launcher: a hostfile's slots are device ids; every rank of
+	// the node sees the node's selected devices and picks its own by LOCAL_RANK.
+	if _, ok := env["CUDA_VISIBLE_DEVICES"]; !ok && o.FromHostfile {
+		env["CUDA_VISIBLE_DEVICES"] = joinInts(h.Slots)
+	}
+	return env
+}
+
+// RankEnv returns rank r's environment for the given attempt as sorted
+// KEY=VALUE entries.
+func (p *Plan) RankEnv(r PlanRank, attempt int) []string {
+	out := make([]string, 0, len(r.Env))
+	for k, v := range r.Env {
+		switch k {
+		case "TORCHELASTIC_RESTART_COUNT", "GTRAIN_ATTEMPT":
+			v = strconv.Itoa(attempt)
+		}
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkUserEnv validates --env entries.
+func checkUserEnv(env []string) error {
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t\n") {
+			return &UsageError{Err: fmt.Errorf("launch: --env %q: want KEY=VALUE", kv)}
+		}
+		for _, c := range contractVars {
+			if k == c {
+				return &UsageError{Err: fmt.Errorf("launch: --env %s: gtrain sets %s for every rank; it cannot be overridden", k, k)}
+			}
+		}
+	}
+	return nil
+}
+
+// masterAddr is where the other nodes reach rank 0: the loopback address when
+// the whole job is on this machine, else the first host's address.
+func masterAddr(hosts []PlanHost) string {
+	allLocal := true
+	for _, h := range hosts {
+		allLocal = allLocal && h.Local
+	}
+	if allLocal {
+		return "127.0.0.1"
+	}
+	name := hosts[0].Name
+	return strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+}
+
+// IsLocalHost reports whether a hostfile name means this machine:
+// "localhost", a loopback address, or this machine's hostname.
+func IsLocalHost(name string) bool {
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	if name == "localhost" {
+		return true
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		return ip.IsLoopback()
+	}
+	self, err := os.Hostname()
+	return err == nil && strings.EqualFold(name, self)
+}
+
+// FreePort returns a TCP port that was free on all interfaces a moment ago,
+// so concurrent jobs on one machine do not all fight over 29500.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, fmt.Errorf("launch: pick a free master port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// newRunID returns a random UUID (version 4), the form torchrun's
+// --standalone uses for TORCHELASTIC_RUN_ID.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,196 @@
+// Package proto is the wire protocol between the gtrain launcher and its node
+// agents: one JSON object per line, in both directions, versioned by the "v"
+// field.
+//
+// The launcher writes a Spec as the first line of the agent's stdin, followed
+// by zero or more Command lines. The agent writes Event lines on its stdout.
+// End of file on the agent's stdin means the launcher is gone: the agent tears
+// down every rank it started. Secrets travel only inside the Spec on stdin,
+// never on a command line or in an event.
+package proto
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Version is the protocol version written in every message's "v" field.
+// An agent refuses a Spec of another version.
+const Version = 1
+
+// MaxLine is the largest protocol line either side accepts, in bytes.
+// Log lines longer than MaxLogLine are split before they are sent.
+const MaxLine = 1 << 20
+
+// MaxLogLine is the largest chunk of a rank's output carried by one log event.
+const MaxLogLine = 64 << 10
+
+// Event types written by the agent.
+const (
+	EventJoined      = "joined"       // agent is up: host facts
+	EventRankStarted = "rank_started" // a rank's process started: PID
+	EventLog         = "log"          // one line of a rank's stdout or stderr
+	EventStatus      = "status"       // a JSON status record written by a rank
+	EventRankExited  = "rank_exited"  // a rank's process ended: code or signal
+	EventHeartbeat   = "heartbeat"    // the agent is alive
+	EventError       = "error"        // the agent hit a problem (e.g. a rank could not start)
+	EventDone        = "done"         // every rank has ended; the agent exits next
+)
+
+// Event types written by the launcher itself (never by an agent), so that
+// one stream carries the whole story of a job to the views.
+const (
+	EventNotice    = "notice"     // a message from gtrain for the user (Message)
+	EventJobExited = "job_exited" // the job is over: Code is gtrain's exit code, Message why
+)
+
+// Command types written by the launcher after the Spec.
+const (
+	// CommandStop asks the agent to tear down all ranks: SIGTERM to each
+	// rank's process group, SIGKILL after the grace period.
+	CommandStop = "stop"
+	// CommandKill asks for an immediate SIGKILL of every rank's process group
+	// (a second Ctrl-C).
+	CommandKill = "kill"
+)
+
+// Spec is the job description the launcher sends to one node agent.
+type Spec struct {
+	V           int        `json:"v"`
+	RunID       string     `json:"run_id"`
+	Attempt     int        `json:"attempt"`
+	Node        int        `json:"node"` // node rank: the host's index in the job
+	Host        string     `json:"host"` // the host's name as the launcher knows it
+	Command     []string   `json:"command"`
+	Dir         string     `json:"dir,omitempty"`   // working directory of the ranks; "" = the agent's
+	Env         []string   `json:"env,omitempty"`   // KEY=VALUE set for every rank, on top of the agent's environment
+	Ranks       []RankSpec `json:"ranks"`           // the ranks to start on this node, in local-rank order
+	GraceMillis int64      `json:"grace_ms"`        // SIGTERM→SIGKILL grace period
+	BeatMillis  int64      `json:"heartbeat_ms"`    // heartbeat interval; 0 = none
+	StatusFD    bool       `json:"status_fd"`       // give each rank a status pipe (GTRAIN_STATUS_FD)
+	Unset       []string   `json:"unset,omitempty"` // variables removed from the agent's environment for the ranks
+	ErrorFiles  bool       `json:"error_files"`     // set TORCHELASTIC_ERROR_FILE per rank and report its message
+}
+
+// RankSpec is one rank to start.
+type RankSpec struct {
+	Rank      int      `json:"rank"`
+	LocalRank int      `json:"local_rank"`
+	Env       []string `json:"env"` // KEY=VALUE specific to this rank (the torchrun contract)
+}
+
+// Grace returns the grace period as a duration.
+func (s *Spec) Grace() time.Duration { return time.Duration(s.GraceMillis) * time.Millisecond }
+
+// Heartbeat returns the heartbeat interval as a duration.
+func (s *Spec) Heartbeat() time.Duration { return time.Duration(s.BeatMillis) * time.Millisecond }
+
+// Command is a message from the launcher to an agent after the Spec.
+type Command struct {
+	V      int    `json:"v"`
+	Type   string `json:"type"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Event is a message from an agent to the launcher. Which fields are set
+// depends on Type; Rank is -1 for events that concern the whole node.
+type Event struct {
+	V     int       `json:"v"`
+	Type  string    `json:"type"`
+	Time  time.Time `json:"time"`
+	Host  string    `json:"host"`
+	Node  int       `json:"node"`
+	Rank  int       `json:"rank"`
+	Local int       `json:"local_rank,omitempty"`
+
+	// joined
+	Facts *HostFacts `json:"facts,omitempty"`
+	// rank_started
+	PID int `json:"pid,omitempty"`
+	// log
+	Stream  string `json:"stream,omitempty"`  // "stdout" or "stderr"
+	Line    string `json:"line,omitempty"`    // without the trailing newline
+	Partial bool   `json:"partial,omitempty"` // the line did not end in a newline (EOF or split at MaxLogLine)
+	// status
+	Status json.RawMessage `json:"status,omitempty"` // the rank's record, a JSON object
+	// rank_exited
+	Code   int    `json:"code,omitempty"`   // exit code; 128+signal when killed by a signal
+	Signal string `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
+	Killed bool   `json:"killed,omitempty"` // the agent signalled it during teardown
+	// rank_exited (from TORCHELASTIC_ERROR_FILE), error, done
+	Message string `json:"message,omitempty"`
+}
+
+// HostFacts describes the host an agent runs on.
+type HostFacts struct {
+	Hostname string `json:"hostname"`
+	OS       string `json:"os"`
+	Arch     string `json:"arch"`
+	CPUs     int    `json:"cpus"`
+	PID      int    `json:"pid"`
+	Version  string `json:"version"`
+}
+
+// Encoder writes protocol messages as JSON lines. It is safe for concurrent use.
+type Encoder struct {
+	mu  sync.Mutex
+	w   io.Writer
+	enc *json.Encoder
+}
+
+// NewEncoder returns an Encoder writing to w.
+func NewEncoder(w io.Writer) *Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &Encoder{w: w, enc: enc}
+}
+
+// Encode writes v as one line.
+func (e *Encoder) Encode(v any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.enc.Encode(v)
+}
+
+// Decoder reads protocol messages, one JSON object per line.
+type Decoder struct {
+	sc   *bufio.Scanner
+	line int
+}
+
+// NewDecoder returns a Decoder reading from r.
+func NewDecoder(r io.Reader) *Decoder {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLine)
+	return &Decoder{sc: sc}
+}
+
+// Decode reads the next line into v and checks its version. It returns
+// io.EOF at the end of the input.
+func (d *Decoder) Decode(v any) error {
+	if !d.sc.Scan() {
+		if err := d.sc.Err(); err != nil {
+			return fmt.Errorf("proto: line %d: %w", d.line+1, err)
+		}
+		return io.EOF
+	}
+	d.line++
+	var head struct {
+		V int `json:"v"`
+	}
+	b := d.sc.Bytes()
+	if err := json.Unmarshal(b, &head); err != nil {
+		return fmt.Errorf("proto: line %d: %w", d.line, err)
+	}
+	if head.V != Version {
+		return fmt.Errorf("proto: line %d: protocol version %d, want %d: use the same gtrain version on every host", d.line, head.V, Version)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("proto: line %d: %w", d.line, err)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package launch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// StatusFD is the file descriptor on which a rank may write JSON status
+// records, one object per line, when the job asks for a status channel. Its
+// number is also given to the rank as GTRAIN_STATUS_FD.
+const StatusFD = 3
+
+// drainTimeout bounds how long output is still read after a rank's process
+// has exited: a descendant that escaped teardown may hold the pipe open.
+const drainTimeout = 2 * time.Second
+
+// rankProc is one running rank.
+type rankProc struct {
+	spec    proto.RankSpec
+	pid     int
+	errFile string
+	exited  atomic.Bool // the process has been reaped
+	killed  atomic.Bool // teardown signalled it
+	done    chan struct{}
+}
+
+// start launches one rank and returns at once; rp.done closes after its
+// rank_exited event has been written. A rank that cannot start is reported as
+// exited with code 127, as a shell would, so the launcher tears the job down.
+func (a *agent) start(rs proto.RankSpec) *rankProc {
+	rp := &rankProc{spec: rs, done: make(chan struct{})}
+	a.mu.Lock()
+	a.ranks = append(a.ranks, rp)
+	a.mu.Unlock()
+	readers, err := a.spawn(rp)
+	if err != nil {
+		a.emit(proto.Event{Type: proto.EventError, Rank: rs.Rank, Local: rs.LocalRank, Message: err.Error()})
+		a.exited(rp, 127, "", err.Error())
+		return rp
+	}
+	a.emit(proto.Event{Type: proto.EventRankStarted, Rank: rs.Rank, Local: rs.LocalRank, PID: rp.pid})
+	go a.wait(rp, readers)
+	return rp
+}
+
+// rankIO is the parent's side of a rank's pipes plus the child's process.
+type rankIO struct {
+	cmd     *exec.Cmd
+	pipes   []*os.File // read ends
+	readers sync.WaitGroup
+}
+
+// spawn starts the rank's process with its pipes and environment.
+func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
+	rs := rp.spec
+	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env)
+	if a.tmpdir != "" {
+		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.spec.Attempt), "rank-"+strconv.Itoa(rs.Rank))
+		if err := os.MkdirAll(dir, 0o700); err == nil {
+			rp.errFile = filepath.Join(dir, "error.json")
+			env = mergeEnv(env, []string{"TORCHELASTIC_ERROR_FILE=" + rp.errFile})
+		}
+	}
+	cmd := exec.Command(a.spec.Command[0], a.spec.Command[1:]...)
+	cmd.Dir = a.spec.Dir
+	cmd.SysProcAttr = rankAttr()
+	var parentEnds, childEnds []*os.File
+	closeAll := func() {
+		for _, f := range append(parentEnds, childEnds...) {
+			f.Close()
+		}
+	}
+	n := 2
+	if a.spec.StatusFD {
+		n = 3
+		env = mergeEnv(env, []string{"GTRAIN_STATUS_FD=" + strconv.Itoa(StatusFD)})
+	}
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("agent: rank %d: pipe: %w", rs.Rank, err)
+		}
+		parentEnds, childEnds = append(parentEnds, r), append(childEnds, w)
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[1]
+	if a.spec.StatusFD {
+		cmd.ExtraFiles = []*os.File{childEnds[2]}
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("agent: rank %d: start %s: %w", rs.Rank, a.spec.Command[0], err)
+	}
+	for _, f := range childEnds {
+		f.Close()
+	}
+	rp.pid = cmd.Process.Pid
+	rio := &rankIO{cmd: cmd, pipes: parentEnds}
+	rio.readers.Add(len(parentEnds))
+	go a.readLines(rp, parentEnds[0], "stdout", &rio.readers)
+	go a.readLines(rp, parentEnds[1], "stderr", &rio.readers)
+	if a.spec.StatusFD {
+		go a.readStatus(rp, parentEnds[2], &rio.readers)
+	}
+	return rio, nil
+}
+
+// wait reaps the rank, lets its output drain, and reports its exit.
+func (a *agent) wait(rp *rankProc, rio *rankIO) {
+	_ = rio.cmd.Wait() // the exit status is read from ProcessState below
+	rp.exited.Store(true)
+	drained := make(chan struct{})
+	go func() { rio.readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+		for _, f := range rio.pipes {
+			_ = f.SetReadDeadline(time.Now())
+		}
+		<-drained
+	}
+	for _, f := range rio.pipes {
+		f.Close()
+	}
+	code, sig := exitStatus(rio.cmd.ProcessState)
+	msg := ""
+	if code != 0 {
+		msg = readErrorFile(rp.errFile)
+	}
+	a.exited(rp, code, sig, msg)
+}
+
+// exited reports a rank's end and marks it done.
+func (a *agent) exited(rp *rankProc, code int, sig, msg string) {
+	rp.exited.Store(true)
+	a.emit(proto.Event{
+		Type: proto.EventRankExited, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+		PID: rp.pid, Code: code, Signal: sig, Killed: rp.killed.Load(), Message: msg,
+	})
+	close(rp.done)
+}
+
+// exitStatus returns the shell-style exit code (128+n for signal n) and the
+// signal's name, if a signal ended the process.
+func exitStatus(ps *os.ProcessState) (int, string) {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return ps.ExitCode(), ""
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), unix.SignalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+// readLines turns a rank's output into log events, one per line. A line
+// longer than proto.MaxLogLine is sent in pieces marked partial, and so is a
+// last line that lacks its newline.
+func (a *agent) readLines(rp *rankProc, r io.Reader, stream string, wg *sync.WaitGroup) {
+	defer wg.Done()
+	br := bufio.NewReaderSize(r, proto.MaxLogLine)
+	for {
+		b, err := br.ReadSlice('\n')
+		if len(b) > 0 {
+			full := err == nil
+			line := string(bytes.TrimSuffix(b, []byte("\n")))
+			a.emit(proto.Event{Type: proto.EventLog, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+				Stream: stream, Line: line, Partial: !full})
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+// readStatus forwards the rank's status records. A record that is not a JSON
+// object is reported once as an error and otherwise ignored.
+func (a *agent) readStatus(rp *rankProc, r io.Reader, wg *sync.WaitGroup) {
+	defer wg.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), proto.MaxLogLine)
+	warned := false
+	for sc.Scan() {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if b[0] != '{' || !json.Valid(b) {
+			if !warned {
+				warned = true
+				a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+					Message: fmt.Sprintf("rank %d: status record is not a JSON object (fd %d expects one object per line): %.80q", rp.spec.Rank, StatusFD, b)})
+			}
+			continue
+		}
+		a.emit(proto.Event{Type: proto.EventStatus, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+			Status: json.RawMessage(bytes.Clone(b))})
+	}
+	// Drain whatever else arrives so the rank never blocks on a full pipe.
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// readErrorFile returns the message a failed PyTorch rank recorded in its
+// TORCHELASTIC_ERROR_FILE (written by torch's @record decorator), or "".
+func readErrorFile(path string) string {
+	if path == "" {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var f struct {
+		Message json.RawMessage `json:"message"`
+	}
+	if json.Unmarshal(b, &f) != nil {
+		return ""
+	}
+	var inner struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(f.Message, &inner) == nil && inner.Message != "" {
+		return strings.TrimSpace(inner.Message)
+	}
+	var s string
+	if json.Unmarshal(f.Message, &s) == nil {
+		return strings.TrimSpace(s)
+	}
+	return ""
+}
+
+// mergeEnv returns base with the KEY=VALUE entries of each overlay applied in
+// order: a later entry replaces an earlier one of the same key in place.
+func mergeEnv(base []string, overlays ...[]string) []string {
+	out := make([]string, 0, len(base)+8)
+	idx := make(map[string]int, len(base)+8)
+	add := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			return
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range base {
+		add(kv)
+	}
+	for _, o := range overlays {
+		for _, kv := range o {
+			add(kv)
+		}
+	}
+	return out
+}
+
+// withoutVars returns env without the named variables.
+func withoutVars(env, names []string) []string {
+	if len(names) == 0 {
+		return env
+	}
+	drop := make(map[string]bool, len(names))
+	for _, n := range names {
+		drop[n] = true
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

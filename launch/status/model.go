@@ -1,0 +1,213 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// maxLastLine is how many characters of a rank's last output line the model
+// keeps: enough for any terminal, small enough that a rank printing megabyte
+// lines does not bloat every snapshot.
+const maxLastLine = 256
+
+// RankInfo is what is known about a rank before it starts.
+type RankInfo struct {
+	Rank, LocalRank, Node int
+	Host                  string
+}
+
+// State is the lifecycle state of a rank.
+type State int
+
+// The states a rank goes through. A rank starts Pending, becomes Running on
+// rank_started and ends in exactly one of Exited, Failed or Stopped.
+const (
+	Pending State = iota // not started yet
+	Running              // process started
+	Exited               // ended with code 0 on its own
+	Failed               // ended with a non-zero code or a signal not sent by us, or could not start
+	Stopped              // signalled by gtrain during teardown (ev.Killed)
+)
+
+var stateNames = [...]string{"pending", "running", "exited", "failed", "stopped"}
+
+// String returns the state as a lowercase word: "pending", "running", ….
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return "unknown"
+	}
+	return stateNames[s]
+}
+
+// Ended reports whether s is a final state.
+func (s State) Ended() bool { return s >= Exited }
+
+// RankState is the known state of one rank.
+type RankState struct {
+	RankInfo
+	State          State
+	PID            int
+	Started, Ended time.Time // agent's event times; zero until known
+	Code           int
+	Signal         string
+	LastLine       string   // last non-blank output line (either stream), control characters removed, at most maxLastLine runes
+	Step           *int64   // from status records; nil until reported
+	Loss           *float64 // from status records; nil until reported
+	LR             *float64 // learning rate from status records; nil until reported
+	Throughput     string   // e.g. "12.3k tok/s" or "45.0 samples/s"
+	Message        string   // error message from rank_exited (error file) or from an error event that kept it from starting
+}
+
+// Model is the job state built from events. It is safe for concurrent use.
+// Values behind the pointers in a RankState are never modified after they are
+// stored, so snapshots may share them.
+type Model struct {
+	mu    sync.Mutex
+	ranks []RankState // ordered by rank
+}
+
+// NewModel returns a model in which every rank in ranks is Pending.
+func NewModel(ranks []RankInfo) *Model {
+	m := &Model{ranks: make([]RankState, 0, len(ranks))}
+	for _, r := range ranks {
+		m.ranks = append(m.ranks, RankState{RankInfo: r})
+	}
+	slices.SortFunc(m.ranks, func(a, b RankState) int { return a.Rank - b.Rank })
+	return m
+}
+
+// Ranks returns a snapshot copy of every rank's state, ordered by rank.
+func (m *Model) Ranks() []RankState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ranks)
+}
+
+// Apply updates the model with one event. Events that concern no rank
+// (joined, heartbeat, done, notice, job_exited) leave it unchanged.
+func (m *Model) Apply(ev proto.Event) {
+	if ev.Rank < 0 {
+		return
+	}
+	switch ev.Type {
+	case proto.EventRankStarted, proto.EventLog, proto.EventStatus,
+		proto.EventRankExited, proto.EventError:
+	default:
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rank(ev)
+	at := ev.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	switch ev.Type {
+	case proto.EventRankStarted:
+		*r = RankState{RankInfo: r.RankInfo, State: Running, PID: ev.PID, Started: at}
+	case proto.EventLog:
+		if line := cleanLine(ev.Line, maxLastLine); line != "" {
+			r.LastLine = line
+		}
+	case proto.EventStatus:
+		applyStatus(r, ev.Status)
+	case proto.EventRankExited:
+		r.Ended, r.Code, r.Signal, r.Message = at, ev.Code, ev.Signal, ev.Message
+		r.State = exitState(ev)
+	case proto.EventError:
+		// Only an error about a rank that never started decides its fate;
+		// a running rank ends with its own rank_exited.
+		if r.State == Pending {
+			r.State, r.Ended, r.Message = Failed, at, ev.Message
+		}
+	}
+}
+
+// exitState classifies a rank_exited event. A rank gtrain signalled is
+// Stopped even if it then exited 0: it did not finish on its own.
+func exitState(ev proto.Event) State {
+	switch {
+	case ev.Killed:
+		return Stopped
+	case ev.Code == 0 && ev.Signal == "":
+		return Exited
+	default:
+		return Failed
+	}
+}
+
+// rank returns the entry for ev.Rank, adding one (in rank order) for a rank
+// the model was not told about, so that no event is lost.
+func (m *Model) rank(ev proto.Event) *RankState {
+	i, found := slices.BinarySearchFunc(m.ranks, ev.Rank, func(r RankState, rank int) int { return r.Rank - rank })
+	if !found {
+		info := RankInfo{Rank: ev.Rank, LocalRank: ev.Local, Node: ev.Node, Host: ev.Host}
+		m.ranks = slices.Insert(m.ranks, i, RankState{RankInfo: info})
+	}
+	return &m.ranks[i]
+}
+
+// record is a rank's status record. Every field is optional.
+type record struct {
+	Step        *json.Number `json:"step"`
+	Loss        *float64     `json:"loss"`
+	TokensPerS  *float64     `json:"tokens_per_s"`
+	SamplesPerS *float64     `json:"samples_per_s"`
+	LR          *float64     `json:"lr"`
+}
+
+// applyStatus merges a status record into r. Fields absent from the record
+// keep their previous values. A malformed record is ignored as a whole: the
+// agent has already told the user about it.
+func applyStatus(r *RankState, raw json.RawMessage) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return
+	}
+	var rec record
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return
+	}
+	var step *int64
+	if rec.Step != nil {
+		n, ok := parseStep(*rec.Step)
+		if !ok {
+			return
+		}
+		step = &n
+	}
+	if step != nil {
+		r.Step = step
+	}
+	if rec.Loss != nil {
+		r.Loss = rec.Loss
+	}
+	if rec.LR != nil {
+		r.LR = rec.LR
+	}
+	switch {
+	case rec.TokensPerS != nil:
+		r.Throughput = formatRate(*rec.TokensPerS, "tok/s")
+	case rec.SamplesPerS != nil:
+		r.Throughput = formatRate(*rec.SamplesPerS, "samples/s")
+	}
+}
+
+// parseStep accepts an integer, also written as an integral float ("100.0",
+// "1e3"), as Python's json module may produce.
+func parseStep(n json.Number) (int64, bool) {
+	if i, err := n.Int64(); err == nil {
+		return i, true
+	}
+	f, err := n.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
