@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,8 @@ func row(t *testing.T, frame, rank string) []string {
 
 var threeRanks = []RankInfo{{Rank: 0, Host: "w0"}, {Rank: 1, Host: "w0", LocalRank: 1}, {Rank: 2, Host: "w1", Node: 1}}
 
-// now returns an event time inside a synctest bubble.
+// nowEv stamps ev with the current time, which inside a synctest bubble is
+// the fake clock.
 func nowEv(ev proto.Event) proto.Event { ev.Time = time.Now(); return ev }
 
 func TestTableRows(t *testing.T) {
@@ -247,7 +249,7 @@ func TestTableThrottle(t *testing.T) {
 		before := term.String()
 		v.Event(nowEv(started(0, 1, 0)))
 		for i := range 5 {
-			v.Event(nowEv(statusEv(0, `{"step":`+string(rune('1'+i))+`}`)))
+			v.Event(nowEv(statusEv(0, `{"step":`+strconv.Itoa(i+1)+`}`)))
 		}
 		if term.String() != before {
 			t.Errorf("redrawn within the refresh interval")

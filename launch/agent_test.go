@@ -1,0 +1,86 @@
+package launch
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// TestAgentStdinEOF: when the launcher disappears (the agent's stdin closes),
+// the agent tears its ranks down and exits on its own.
+func TestAgentStdinEOF(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "GTRAIN_TEST_AGENT=1")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	spec := &proto.Spec{V: proto.Version, RunID: "eof", Host: "localhost", GraceMillis: 1000,
+		Command: []string{"sh", "-c", `echo "pid=$$"; exec sleep 300`},
+		Ranks:   []proto.RankSpec{{Rank: 0}, {Rank: 1, LocalRank: 1}}}
+	if err := proto.NewEncoder(stdin).Encode(spec); err != nil {
+		t.Fatal(err)
+	}
+	dec := proto.NewDecoder(stdout)
+	var pids []int
+	types := map[string]int{}
+	closed := false
+	deadline := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+	defer deadline.Stop()
+	for {
+		var ev proto.Event
+		if err := dec.Decode(&ev); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		types[ev.Type]++
+		if ev.Type == proto.EventLog {
+			pids = append(pids, pidsIn([]string{ev.Line})...)
+		}
+		if len(pids) == 2 && !closed {
+			closed = true
+			stdin.Close() // the launcher is gone
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+	if types[proto.EventJoined] != 1 || types[proto.EventRankExited] != 2 || types[proto.EventDone] != 1 {
+		t.Errorf("event counts = %v, want joined 1, rank_exited 2, done 1", types)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("rank pid %d survived stdin EOF", pid)
+		}
+	}
+}
+
+func TestAgentBadSpec(t *testing.T) {
+	tests := []struct{ name, spec, want string }{
+		{"no command", `{"v":1,"ranks":[{"rank":0}]}`, "no command"},
+		{"no ranks", `{"v":1,"command":["true"]}`, "no ranks"},
+		{"wrong version", `{"v":9,"command":["true"]}`, "protocol version 9"},
+		{"empty input", ``, "EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			err := RunAgent(t.Context(), strings.NewReader(tt.spec), &out, "test")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("RunAgent error = %v, want %q", err, tt.want)
+			}
+			if !strings.Contains(out.String(), `"type":"error"`) {
+				t.Errorf("no error event written: %s", out.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,302 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// The test binary doubles as `gtrain agent` when GTRAIN_TEST_AGENT=1, so the
+// local transport runs the real agent code in a real child process.
+func TestMain(m *testing.M) {
+	if os.Getenv("GTRAIN_TEST_AGENT") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		err := RunAgent(ctx, os.Stdin, os.Stdout, "test")
+		stop()
+		if err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// recorder is a status.View that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []proto.Event
+}
+
+func (r *recorder) Event(ev proto.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+}
+
+func (r *recorder) Close() error { return nil }
+
+func (r *recorder) ofType(typ string) []proto.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []proto.Event
+	for _, ev := range r.events {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// lines returns rank's output lines.
+func (r *recorder) lines(rank int) []string {
+	var out []string
+	for _, ev := range r.ofType(proto.EventLog) {
+		if ev.Rank == rank {
+			out = append(out, ev.Line)
+		}
+	}
+	return out
+}
+
+// localNodes is this machine with n slots.
+func localNodes(n int) []hostfiles.Node {
+	slots := make([]int, n)
+	for i := range slots {
+		slots[i] = i
+	}
+	return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: n}, SlotIDs: slots}}
+}
+
+// runJob runs script under sh as every rank of an n-rank local job.
+func runJob(t *testing.T, ctx context.Context, n int, grace time.Duration, script string) (*recorder, error) {
+	t.Helper()
+	t.Setenv("GTRAIN_TEST_AGENT", "1")
+	p, err := NewPlan(Options{Nodes: localNodes(n), Command: []string{"sh", "-c", script}, Grace: grace, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	tr := &Local{Exe: os.Args[0]}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, p, Runtime{Transport: tr, View: rec, AgentGrace: 5 * time.Second}) }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("job did not finish within 60s")
+	}
+	return rec, err
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// pidsIn parses "pid=N" markers out of output lines.
+func pidsIn(lines []string) []int {
+	var out []int
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "pid="); ok {
+			if pid, err := strconv.Atoi(v); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func TestRunSuccess(t *testing.T) {
+	rec, err := runJob(t, t.Context(), 3, time.Second, `echo "hello $RANK/$WORLD_SIZE"; printf "no newline"`)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := len(rec.ofType(proto.EventRankStarted)); got != 3 {
+		t.Errorf("rank_started events = %d, want 3", got)
+	}
+	for _, ev := range rec.ofType(proto.EventRankExited) {
+		if ev.Code != 0 || ev.Killed {
+			t.Errorf("rank %d exited code=%d killed=%v, want 0", ev.Rank, ev.Code, ev.Killed)
+		}
+	}
+	for r := range 3 {
+		want := []string{"hello " + strconv.Itoa(r) + "/3", "no newline"}
+		if got := rec.lines(r); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("rank %d lines = %q, want %q", r, got, want)
+		}
+	}
+	var partial int
+	for _, ev := range rec.ofType(proto.EventLog) {
+		if ev.Partial {
+			partial++
+		}
+	}
+	if partial != 3 {
+		t.Errorf("partial log lines = %d, want 3 (one per rank)", partial)
+	}
+	if got := len(rec.ofType(proto.EventDone)); got != 1 {
+		t.Errorf("done events = %d, want 1", got)
+	}
+}
+
+// TestRunFailureTearsDown: the first rank to fail stops every other rank and
+// everything they spawned, and its code, output and host are reported.
+func TestRunFailureTearsDown(t *testing.T) {
+	script := `if [ "$RANK" = 2 ]; then sleep 0.3; echo "bad things" >&2; exit 5; fi
+sleep 300 & echo "pid=$!"; echo "pid=$$"; wait`
+	rec, err := runJob(t, t.Context(), 3, 2*time.Second, script)
+	var rf *RankFailedError
+	if !errors.As(err, &rf) {
+		t.Fatalf("Run error = %v, want *RankFailedError", err)
+	}
+	if rf.Rank != 2 || rf.Code != 5 || rf.Host != "localhost" {
+		t.Errorf("failure = rank %d code %d host %q, want rank 2 code 5 host localhost", rf.Rank, rf.Code, rf.Host)
+	}
+	if len(rf.LastLines) == 0 || rf.LastLines[len(rf.LastLines)-1] != "bad things" {
+		t.Errorf("last lines = %q, want to end with %q", rf.LastLines, "bad things")
+	}
+	var pids []int
+	for r := range 2 {
+		pids = append(pids, pidsIn(rec.lines(r))...)
+	}
+	if len(pids) != 4 {
+		t.Fatalf("got pids %v from ranks 0 and 1, want 4 (rank and its child each)", pids)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d survived teardown", pid)
+		}
+	}
+	for _, ev := range rec.ofType(proto.EventRankExited) {
+		if ev.Rank != 2 && !ev.Killed {
+			t.Errorf("rank %d not marked killed by teardown: %+v", ev.Rank, ev)
+		}
+	}
+}
+
+// TestRunGraceThenKill: a rank that ignores SIGTERM is SIGKILLed after the
+// grace period.
+func TestRunGraceThenKill(t *testing.T) {
+	script := `if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi
+trap '' TERM; echo "pid=$$"; while :; do sleep 0.1; done`
+	start := time.Now()
+	rec, err := runJob(t, t.Context(), 2, 500*time.Millisecond, script)
+	var rf *RankFailedError
+	if !errors.As(err, &rf) || rf.Code != 3 {
+		t.Fatalf("Run error = %v, want rank failure with code 3", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("teardown took %v", d)
+	}
+	for _, ev := range rec.ofType(proto.EventRankExited) {
+		if ev.Rank == 0 && (ev.Signal != "SIGKILL" || !ev.Killed) {
+			t.Errorf("rank 0 exit = signal %q killed %v, want SIGKILL by teardown", ev.Signal, ev.Killed)
+		}
+	}
+}
+
+// TestRunSweepsEscapedProcesses: a process that left its rank's process group
+// (setsid) is still killed when the job ends.
+func TestRunSweepsEscapedProcesses(t *testing.T) {
+	rec, err := runJob(t, t.Context(), 1, time.Second, `setsid sleep 300 & echo "pid=$!"; sleep 0.2`)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	pids := pidsIn(rec.lines(0))
+	if len(pids) != 1 {
+		t.Fatalf("pids = %v", pids)
+	}
+	if alive(pids[0]) {
+		t.Errorf("escaped pid %d survived the job", pids[0])
+	}
+}
+
+func TestRunInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(t.Context())
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		cancel(&InterruptedError{Signal: syscall.SIGINT})
+	}()
+	rec, err := runJob(t, ctx, 2, time.Second, `echo "pid=$$"; exec sleep 300`)
+	var ie *InterruptedError
+	if !errors.As(err, &ie) || ie.Code() != 130 {
+		t.Fatalf("Run error = %v, want *InterruptedError with code 130", err)
+	}
+	for r := range 2 {
+		for _, pid := range pidsIn(rec.lines(r)) {
+			if alive(pid) {
+				t.Errorf("rank %d pid %d survived the interrupt", r, pid)
+			}
+		}
+	}
+}
+
+func TestRunCommandNotFound(t *testing.T) {
+	t.Setenv("GTRAIN_TEST_AGENT", "1")
+	p, err := NewPlan(Options{Nodes: localNodes(2), Command: []string{"/nonexistent/gtrain-no-such-cmd"}, Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	err = Run(t.Context(), p, Runtime{Transport: &Local{Exe: os.Args[0]}, View: rec})
+	var rf *RankFailedError
+	if !errors.As(err, &rf) || rf.Code != 127 {
+		t.Fatalf("Run error = %v, want rank failure with code 127", err)
+	}
+	if !strings.Contains(err.Error(), "could not start") {
+		t.Errorf("error %q does not say the rank could not start", err)
+	}
+}
+
+func TestRunStatusChannel(t *testing.T) {
+	script := `echo '{"step":3,"loss":1.5}' >&$GTRAIN_STATUS_FD; echo 'not json' >&3`
+	rec, err := runJob(t, t.Context(), 1, time.Second, script)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := rec.ofType(proto.EventStatus)
+	if len(st) != 1 || string(st[0].Status) != `{"step":3,"loss":1.5}` {
+		t.Errorf("status events = %+v, want one with the record", st)
+	}
+	var warned bool
+	for _, ev := range rec.ofType(proto.EventNotice) {
+		warned = warned || strings.Contains(ev.Message, "not a JSON object")
+	}
+	if !warned {
+		t.Error("malformed status record was not reported")
+	}
+}
+
+func TestRunRestarts(t *testing.T) {
+	t.Setenv("GTRAIN_TEST_AGENT", "1")
+	p, err := NewPlan(Options{Nodes: localNodes(2), MaxRestarts: 2, Grace: time.Second,
+		Command: []string{"sh", "-c", `[ "$TORCHELASTIC_RESTART_COUNT" = 2 ] || exit 4; echo "attempt $GTRAIN_ATTEMPT"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	if err := Run(t.Context(), p, Runtime{Transport: &Local{Exe: os.Args[0]}, View: rec}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := rec.lines(0); len(got) != 1 || got[0] != "attempt 2" {
+		t.Errorf("rank 0 lines = %q, want [attempt 2]", got)
+	}
+	if got := len(rec.ofType(proto.EventRankStarted)); got != 6 {
+		t.Errorf("rank starts = %d, want 6 (2 ranks x 3 attempts)", got)
+	}
+}
