@@ -47,10 +47,14 @@ func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
 			}
 			return
 		}
-		if !v.InConfig(f.Name) {
-			return
+		key := f.Name
+		if !v.InConfig(key) {
+			// torchrun's spelling: nproc_per_node.
+			if key = strings.ReplaceAll(f.Name, "-", "_"); !v.InConfig(key) {
+				return
+			}
 		}
-		vals, err := configValues(v.Get(f.Name))
+		vals, err := configValues(v.Get(key))
 		if err == nil {
 			err = setFlag(f, vals)
 		}
@@ -89,7 +93,8 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 		return &launch.UsageError{Err: fmt.Errorf("config: read %s: %w", path, err)}
 	}
 	for _, k := range v.AllKeys() {
-		if cmd.Flags().Lookup(k) == nil && k != "config" && cmd.Root().PersistentFlags().Lookup(k) == nil {
+		name := strings.ReplaceAll(k, "_", "-")
+		if cmd.Flags().Lookup(name) == nil && cmd.Root().PersistentFlags().Lookup(name) == nil {
 			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain %s, e.g. nproc-per-node)", path, k, cmd.Name())}
 		}
 	}

@@ -1,0 +1,36 @@
+# gtrain: two commands do everything on a fresh Debian machine (run as root,
+# or with sudo available):
+#   make demo   build gtrain and launch the example PyTorch DDP job on 4 local ranks
+#   make test   install what the tests need, then run the whole suite
+SHELL := /bin/bash
+GO ?= go
+PYTHON ?= /usr/bin/python3
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: build demo test deps vet fuzz
+
+build:
+	$(GO) build -o bin/gtrain ./cmd/gtrain
+
+# Debian's PyTorch (1.13, CPU) is the real peer of the launcher tests.
+deps:
+	@if ! $(PYTHON) -c 'import torch.distributed' 2>/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-torch; \
+	fi
+
+demo: deps build
+	./bin/gtrain run --nproc-per-node 4 -- $(PYTHON) examples/ddp_allreduce.py
+
+vet:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# A short coverage-guided run of each parser fuzzer on top of the kept corpus.
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=15s ./hostfiles
+	$(GO) test -run='^$$' -fuzz='^FuzzSelect$$' -fuzztime=15s ./hostfiles
+
+test: deps vet
+	GTRAIN_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
+	$(MAKE) fuzz
