@@ -52,7 +52,7 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def status(record_):
+def send_status(rec):
     """Send a status record to gtrain's status channel, when there is one.
 
     gtrain gives the fd's number in GTRAIN_STATUS_FD; it reads one JSON object
@@ -60,7 +60,7 @@ def status(record_):
     """
     fd = os.environ.get("GTRAIN_STATUS_FD")
     if fd:
-        os.write(int(fd), (json.dumps(record_) + "\n").encode())
+        os.write(int(fd), (json.dumps(rec) + "\n").encode())
 
 
 def batch(rank):
@@ -116,7 +116,8 @@ def ddp_step(rank, world):
     # ranks' data, starting from rank 0's weights.
     ref = new_model(seed=0)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
-    sum(nn.functional.mse_loss(ref(x), y) for x, y in map(batch, range(world))).div(world).backward()
+    losses = [nn.functional.mse_loss(ref(x), y) for x, y in map(batch, range(world))]
+    (sum(losses) / world).backward()
     ref_opt.step()
     check(torch.allclose(mine, flat_params(ref), atol=1e-6),
           f"DDP parameters differ from the reference step by {(mine - flat_params(ref)).abs().max().item()}")
@@ -142,7 +143,7 @@ def main():
     check_env(rank, world)
     total = check_all_reduce(rank, world)
     loss = ddp_step(rank, world)
-    status({"step": 1, "loss": loss})
+    send_status({"step": 1, "loss": loss})
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}/{world}: ok: all_reduce={total:g} ddp_loss={loss:.6f} params in sync", flush=True)
