@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"time"
 
 	"github.com/gtrain/gtrain/launch/proto"
@@ -28,7 +29,8 @@ type Runtime struct {
 // lost, or ctx is cancelled (context.Cause(ctx) should then be an
 // *InterruptedError). After a rank failure the job is restarted, all ranks
 // together, up to p.MaxRestarts times. It returns nil when every rank of an
-// attempt exited with code 0.
+// attempt exited with code 0; every error it returns has been announced to
+// rt.View as a notice first.
 func Run(ctx context.Context, p *Plan, rt Runtime) error {
 	if rt.LastLines <= 0 {
 		rt.LastLines = 10
@@ -79,6 +81,10 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	if rt.LogDir != "" {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
 		if err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				err = &UsageError{Err: fmt.Errorf("launch: --log-dir %s: logs of run id %q attempt %d exist already: choose another --log-dir or --rdzv-id", rt.LogDir, p.RunID, n)}
+			}
+			notice(rt.View, err.Error())
 			return err
 		}
 		a.view = status.Multi(rt.View, ld)
@@ -90,6 +96,7 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	}
 	msgs := make(chan agentMsg, 64)
 	if err := a.startAgents(ctx, msgs); err != nil {
+		notice(rt.View, err.Error())
 		return err
 	}
 	a.loop(ctx, msgs)
