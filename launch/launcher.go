@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/gtrain/gtrain/launch/proto"
@@ -82,7 +84,8 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
 		if err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				err = &UsageError{Err: fmt.Errorf("launch: --log-dir %s: logs of run id %q attempt %d exist already: choose another --log-dir or --rdzv-id", rt.LogDir, p.RunID, n)}
+				dir := filepath.Join(rt.LogDir, p.RunID, "attempt-"+strconv.Itoa(n))
+				err = &UsageError{Err: fmt.Errorf("launch: --log-dir: %s exists already (logs of run id %q): choose another --log-dir or --rdzv-id", dir, p.RunID)}
 			}
 			notice(rt.View, err.Error())
 			return err

@@ -51,7 +51,7 @@ func (a *agent) start(rs proto.RankSpec) *rankProc {
 	a.mu.Unlock()
 	readers, err := a.spawn(rp)
 	if err != nil {
-		a.emit(proto.Event{Type: proto.EventError, Rank: rs.Rank, Local: rs.LocalRank, Message: err.Error()})
+		// The rank_exited event carries the reason; the launcher reports it once.
 		a.exited(rp, 127, "", err.Error())
 		return rp
 	}
@@ -96,7 +96,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("agent: rank %d: pipe: %w", rs.Rank, err)
+			return nil, fmt.Errorf("pipe: %w", err)
 		}
 		parentEnds, childEnds = append(parentEnds, r), append(childEnds, w)
 	}
@@ -107,7 +107,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		closeAll()
-		return nil, fmt.Errorf("agent: rank %d: start %s: %w", rs.Rank, a.spec.Command[0], err)
+		return nil, fmt.Errorf("start %s: %w", a.spec.Command[0], err)
 	}
 	for _, f := range childEnds {
 		f.Close()

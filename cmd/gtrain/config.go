@@ -19,9 +19,11 @@ import (
 // no --config (or GTRAIN_CONFIG) names another.
 const DefaultConfigFile = "gtrain.yaml"
 
-// notConfigurable are flags that make no sense to take from the environment
-// or a file.
-var notConfigurable = map[string]bool{"config": true, "help": true, "version": true, "dry-run": true}
+// notConfigurable are flags that belong to one invocation: taking them from
+// the environment or a file would silently change what every run does, so
+// setting them there is an error (GTRAIN_CONFIG is the exception: it names
+// the file).
+var notConfigurable = map[string]bool{"config": true, "help": true, "dry-run": true}
 
 // applyConfig fills every flag of cmd that was not given on the command line:
 // first from a GTRAIN_<FLAG> environment variable (dashes as underscores,
@@ -37,10 +39,16 @@ func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
 	}
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || notConfigurable[f.Name] {
+		env := "GTRAIN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if notConfigurable[f.Name] {
+			if f.Name != "config" && getenv(env) != "" {
+				errs = append(errs, fmt.Errorf("config: %s is set, but --%s can only be given on the command line: unset it", env, f.Name))
+			}
 			return
 		}
-		env := "GTRAIN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if f.Changed {
+			return
+		}
 		if val := getenv(env); val != "" {
 			if err := setFlag(f, []string{val}); err != nil {
 				errs = append(errs, fmt.Errorf("config: %s=%q: %w", env, val, err))
@@ -94,6 +102,9 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 	}
 	for _, k := range v.AllKeys() {
 		name := strings.ReplaceAll(k, "_", "-")
+		if notConfigurable[name] {
+			return &launch.UsageError{Err: fmt.Errorf("config: %s: key %q: --%s can only be given on the command line", path, k, name)}
+		}
 		if cmd.Flags().Lookup(name) == nil && cmd.Root().PersistentFlags().Lookup(name) == nil {
 			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain %s, e.g. nproc-per-node)", path, k, cmd.Name())}
 		}
@@ -129,7 +140,8 @@ func setFlag(f *pflag.Flag, vals []string) error {
 	}
 	for _, s := range vals {
 		if err := f.Value.Set(s); err != nil {
-			return err
+			// pflag's own message is strconv's; say what the flag takes.
+			return fmt.Errorf("--%s takes %s, not %q", f.Name, typeName(f.Value.Type()), s)
 		}
 	}
 	return nil
@@ -138,4 +150,17 @@ func setFlag(f *pflag.Flag, vals []string) error {
 // underscoreToDash lets --nproc_per_node (torchrun's spelling) mean --nproc-per-node.
 func underscoreToDash(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+}
+
+// typeName is how a flag's value type reads in an error message.
+func typeName(t string) string {
+	switch t {
+	case "int":
+		return "a whole number"
+	case "duration":
+		return "a duration like 30s or 2m"
+	case "bool":
+		return "true or false"
+	}
+	return "a " + t
 }

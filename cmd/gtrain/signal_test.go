@@ -8,38 +8,19 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// gtrainBin builds the real gtrain binary once per test process: teardown is
-// about real processes, so these tests run the binary as a user would.
+// gtrainBin is the real gtrain binary TestMain built: teardown is about real
+// processes, so these tests run the binary as a user would.
 func gtrainBin(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gtrain-signal-test-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gtrain")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = errors.New(string(out))
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("build gtrain: %v", binErr)
+	if scriptBinDir == "" {
+		t.Fatal("TestMain did not build gtrain")
 	}
-	return binPath
+	return filepath.Join(scriptBinDir, "gtrain")
 }
 
 // job is a running `gtrain run` whose ranks print "pid=N" for every process
