@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/proctest"
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
@@ -58,7 +59,7 @@ func TestAgentStdinEOF(t *testing.T) {
 		t.Errorf("event counts = %v, want joined 1, rank_exited 2, done 1", types)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if proctest.Alive(pid) {
 			t.Errorf("rank pid %d survived stdin EOF", pid)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/proctest"
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
@@ -97,17 +98,6 @@ func runJob(t *testing.T, ctx context.Context, n int, grace time.Duration, scrip
 	return rec, err
 }
 
-// alive reports whether pid is a running (not zombie) process.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
-}
-
 // pidsIn parses "pid=N" markers out of output lines.
 func pidsIn(lines []string) []int {
 	var out []int
@@ -178,7 +168,7 @@ sleep 300 & echo "pid=$!"; echo "pid=$$"; wait`
 		t.Fatalf("got pids %v from ranks 0 and 1, want 4 (rank and its child each)", pids)
 	}
 	for _, pid := range pids {
-		if alive(pid) {
+		if proctest.Alive(pid) {
 			t.Errorf("pid %d survived teardown", pid)
 		}
 	}
@@ -221,7 +211,7 @@ func TestRunSweepsEscapedProcesses(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("pids = %v", pids)
 	}
-	if alive(pids[0]) {
+	if proctest.Alive(pids[0]) {
 		t.Errorf("escaped pid %d survived the job", pids[0])
 	}
 }
@@ -239,7 +229,7 @@ func TestRunInterrupted(t *testing.T) {
 	}
 	for r := range 2 {
 		for _, pid := range pidsIn(rec.lines(r)) {
-			if alive(pid) {
+			if proctest.Alive(pid) {
 				t.Errorf("rank %d pid %d survived the interrupt", r, pid)
 			}
 		}

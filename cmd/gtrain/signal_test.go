@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 // gtrainBin is the real gtrain binary TestMain built: teardown is about real
@@ -99,17 +101,6 @@ func (j *job) wait(t *testing.T) int {
 	}
 }
 
-// running reports whether pid is a live (not zombie) process.
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
-}
-
 // awaitGone polls until every pid has ended; processes are torn down
 // asynchronously after gtrain itself is killed.
 func awaitGone(t *testing.T, pids []int, within time.Duration) {
@@ -118,7 +109,7 @@ func awaitGone(t *testing.T, pids []int, within time.Duration) {
 	for {
 		var alive []int
 		for _, pid := range pids {
-			if running(pid) {
+			if proctest.Alive(pid) {
 				alive = append(alive, pid)
 			}
 		}
@@ -177,7 +168,7 @@ sleep 300 & echo "pid=$!"; echo "pid=$$"; touch "$READY"; wait`)
 	}
 	awaitGone(t, pidsB, 20*time.Second)
 	for _, pid := range pidsA {
-		if !running(pid) {
+		if !proctest.Alive(pid) {
 			t.Errorf("job A's pid %d died when job B was torn down", pid)
 		}
 	}

@@ -1,0 +1,21 @@
+// Package proctest helps tests check what became of real processes.
+package proctest
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Alive reports whether pid is a running process: it exists and is not a
+// zombie (a zombie has ended and only waits to be reaped).
+func Alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state letter follows the command name, which ends at the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
