@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Launch latency: wall time of a whole job whose ranks do nothing
-# (/bin/true), gtrain vs torchrun (--standalone, --no_python) on this machine,
-# interleaved run by run so that both see the same machine load.
-# Usage: docs/bench/launch_latency.sh [runs] [ranks]   (defaults: 15 runs, 4 ranks)
+# Launch latency: wall time of a whole job, gtrain vs torchrun (--standalone)
+# on this machine, interleaved run by run so that both see the same load.
+# Usage: docs/bench/launch_latency.sh [runs] [ranks] [job]
+#   job "true" (default): every rank is /bin/true (torchrun --no_python)
+#   job "ddp": every rank runs examples/ddp_allreduce.py (import torch, gloo
+#   process group, an all-reduce and a DDP step)
 # Prints the median, min and max of each and the ratio of the medians.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-15}
 ranks=${2:-4}
+job=${3:-true}
 go build -o bin/gtrain ./cmd/gtrain
-torchrun=(/usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$ranks"
-	--redirects 1 --tee 1 --no_python /bin/true)
-gtrain=(./bin/gtrain run --nproc-per-node "$ranks" --table never -- /bin/true)
+# --redirects/--tee work around Debian torch 1.13's crash on Python 3.11 with
+# the default (Std.NONE is not iterable there).
+torchrun=(/usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$ranks" --redirects 1 --tee 1)
+gtrain=(./bin/gtrain run --nproc-per-node "$ranks" --table never --)
+case $job in
+true) torchrun+=(--no_python /bin/true) gtrain+=(/bin/true) ;;
+ddp) torchrun+=(examples/ddp_allreduce.py) gtrain+=(/usr/bin/python3 examples/ddp_allreduce.py) ;;
+*) echo "job: want true or ddp" >&2; exit 2 ;;
+esac
 
 # ms runs a command once and prints its wall time in milliseconds.
 ms() {
@@ -40,4 +49,4 @@ stats gtrain "${g[@]}"
 stats torchrun "${t[@]}"
 gm=$(printf '%s\n' "${g[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}')
 tm=$(printf '%s\n' "${t[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}')
-awk -v g="$gm" -v t="$tm" -v r="$ranks" 'BEGIN { printf "ratio     torchrun/gtrain median = %.1fx (%d ranks of /bin/true)\n", t/g, r }'
+awk -v g="$gm" -v t="$tm" -v r="$ranks" -v j="$job" 'BEGIN { printf "ratio     torchrun/gtrain median = %.1fx (%d ranks, job %s)\n", t/g, r, j }'
