@@ -76,10 +76,20 @@ type attempt struct {
 	failure  error            // the first reason the job is going down
 	stopping bool
 	deadline <-chan time.Time // agents still running then are killed
+	lastSeen []time.Time      // when each agent was last heard from
+	ended    []bool           // each agent's event stream has ended
+}
+
+// silentAfter is how long an agent may stay silent before it counts as lost:
+// a few missed heartbeats, and never less than 15 s so that a busy machine
+// does not fail a job.
+func silentAfter(beat time.Duration) time.Duration {
+	return max(5*beat, 15*time.Second)
 }
 
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
-	a := &attempt{p: p, rt: rt, n: n, view: rt.View, done: make([]bool, len(p.Hosts)), tails: map[int][]string{}}
+	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{},
+		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts))}
 	if rt.LogDir != "" {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
 		if err != nil {
@@ -141,15 +151,28 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 	live := len(a.conns)
 	interrupted := ctx.Done()
 	abort := a.rt.Abort
+	var check <-chan time.Time
+	if a.p.Heartbeat > 0 {
+		t := time.NewTicker(a.p.Heartbeat)
+		defer t.Stop()
+		check = t.C
+	}
+	for i := range a.lastSeen {
+		a.lastSeen[i] = time.Now()
+	}
 	for live > 0 {
 		select {
 		case m := <-msgs:
+			a.lastSeen[m.node] = time.Now()
 			if m.end {
 				live--
+				a.ended[m.node] = true
 				a.agentEnded(m)
 				continue
 			}
 			a.handle(m.ev)
+		case now := <-check:
+			a.checkSilent(now)
 		case <-interrupted:
 			interrupted = nil
 			a.fail(context.Cause(ctx), "interrupted")
@@ -206,6 +229,22 @@ func (a *attempt) agentEnded(m agentMsg) {
 	}
 	h := a.p.Hosts[m.node]
 	a.fail(&AgentLostError{Host: h.Name, Node: m.node, Err: err, Stderr: a.conns[m.node].Stderr()}, "agent lost")
+}
+
+// checkSilent declares lost, and kills, every agent not heard from (no event,
+// not even a heartbeat) for silentAfter the heartbeat interval: a hung agent
+// or a dead network must not hang the job.
+func (a *attempt) checkSilent(now time.Time) {
+	limit := silentAfter(a.p.Heartbeat)
+	for i, seen := range a.lastSeen {
+		if a.ended[i] || a.done[i] || now.Sub(seen) < limit {
+			continue
+		}
+		h := a.p.Hosts[i]
+		a.fail(&AgentLostError{Host: h.Name, Node: i, Err: fmt.Errorf("no heartbeat for %v", now.Sub(seen).Round(time.Second))}, "agent lost")
+		_ = a.conns[i].Kill()
+		a.lastSeen[i] = now // killed: its stream ends shortly; report once
+	}
 }
 
 // fail records the first failure and tears every node down.

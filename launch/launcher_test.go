@@ -1,0 +1,146 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/launch/proto"
+)
+
+// fakeTransport hands out in-memory agents driven by the test.
+type fakeTransport struct {
+	mu    sync.Mutex
+	conns []*fakeConn
+}
+
+func (f *fakeTransport) Start(_ context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := &fakeConn{host: h.Name, node: h.Node, events: make(chan proto.Event, 16), gone: make(chan struct{}), cmds: make(chan proto.Command, 16)}
+	f.conns = append(f.conns, c)
+	return c, nil
+}
+
+// fakeConn is an agent whose events the test sends; it ends when killed or
+// when the test ends its stream.
+type fakeConn struct {
+	host   string
+	node   int
+	events chan proto.Event
+	cmds   chan proto.Command
+	gone   chan struct{}
+	once   sync.Once
+}
+
+func (c *fakeConn) Recv() (proto.Event, error) {
+	select {
+	case ev := <-c.events:
+		return ev, nil
+	case <-c.gone:
+		return proto.Event{}, io.EOF
+	}
+}
+
+func (c *fakeConn) Send(cmd proto.Command) error { c.cmds <- cmd; return nil }
+func (c *fakeConn) Kill() error                  { c.once.Do(func() { close(c.gone) }); return nil }
+func (c *fakeConn) Close() error                 { return c.Kill() }
+func (c *fakeConn) Stderr() string               { return "" }
+
+func (c *fakeConn) send(typ string, rank, code int) {
+	c.events <- proto.Event{V: proto.Version, Type: typ, Host: c.host, Node: c.node, Rank: rank, Code: code}
+}
+
+func fakePlan(t *testing.T, hosts int) *Plan {
+	t.Helper()
+	var nodes []hostfiles.Node
+	for i := range hosts {
+		name := "worker-" + string(rune('0'+i))
+		nodes = append(nodes, hostfiles.Node{Host: hostfiles.Host{Name: name, Slots: 1}, SlotIDs: []int{0}})
+	}
+	p, err := NewPlan(Options{Nodes: nodes, Command: []string{"x"}, MasterPort: 1, Grace: time.Second, Heartbeat: time.Second, Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRunSilentAgentIsLost: an agent that stops talking (hung, or its network
+// gone) fails the job after the silence limit instead of hanging it.
+func TestRunSilentAgentIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &fakeTransport{}
+		p := fakePlan(t, 2)
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second}) }()
+		synctest.Wait()
+		// Node 0 keeps its heartbeat; node 1 says nothing at all.
+		stopBeat := make(chan struct{})
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					tr.conns[0].send(proto.EventHeartbeat, -1, 0)
+				case <-stopBeat:
+					return
+				}
+			}
+		}()
+		go func() { // node 0 obeys a stop: its rank ends, then the agent
+			<-tr.conns[0].cmds
+			close(stopBeat)
+			tr.conns[0].send(proto.EventDone, -1, 0)
+			tr.conns[0].Kill()
+		}()
+		err := <-errc
+		var lost *AgentLostError
+		if !errors.As(err, &lost) || lost.Node != 1 || !strings.Contains(err.Error(), "no heartbeat") {
+			t.Fatalf("Run error = %v, want node 1 lost for lack of heartbeat", err)
+		}
+		if d, limit := time.Since(start), silentAfter(p.Heartbeat); d < limit || d > limit+2*time.Second {
+			t.Errorf("lost after %v, want just after the %v silence limit", d, limit)
+		}
+	})
+}
+
+// TestRunFailureStopsOtherAgents: a rank failing on one host sends stop to the
+// agents of the other hosts, and the failing rank is the one reported.
+func TestRunFailureStopsOtherAgents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &fakeTransport{}
+		p := fakePlan(t, 3)
+		errc := make(chan error, 1)
+		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}}) }()
+		synctest.Wait()
+		tr.conns[1].send(proto.EventRankExited, 1, 6)
+		synctest.Wait()
+		for i, c := range tr.conns {
+			select {
+			case cmd := <-c.cmds:
+				if cmd.Type != proto.CommandStop {
+					t.Errorf("agent %d got %q, want stop", i, cmd.Type)
+				}
+			default:
+				t.Errorf("agent %d got no stop", i)
+			}
+			if i != 1 {
+				c.events <- proto.Event{V: proto.Version, Type: proto.EventRankExited, Node: i, Rank: i, Code: 143, Signal: "SIGTERM", Killed: true}
+			}
+			c.send(proto.EventDone, -1, 0)
+			c.Kill()
+		}
+		var rf *RankFailedError
+		if err := <-errc; !errors.As(err, &rf) || rf.Rank != 1 || rf.Code != 6 || rf.Host != "worker-1" {
+			t.Fatalf("Run error = %v, want rank 1 on worker-1 with code 6", err)
+		}
+	})
+}
