@@ -79,7 +79,9 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		p := fakePlan(t, 2)
 		start := time.Now()
 		errc := make(chan error, 1)
-		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second}) }()
+		go func() {
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second})
+		}()
 		synctest.Wait()
 		// Node 0 keeps its heartbeat; node 1 says nothing at all.
 		stopBeat := make(chan struct{})
