@@ -1,0 +1,297 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kevinburke/ssh_config"
+	"golang.org/x/crypto/ssh"
+	sshagent "golang.org/x/crypto/ssh/agent"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// sshTarget is where and as whom to connect, after the hostfile, the flags
+// and ~/.ssh/config have had their say.
+type sshTarget struct {
+	Alias      string // the name in the hostfile
+	HostName   string // what to dial
+	Port       int
+	User       string
+	Identities []string // identity files, in order
+	ProxyJump  string   // "[user@]host[:port]" (first hop only), or ""
+}
+
+// Addr is host:port for dialing.
+func (t sshTarget) Addr() string { return net.JoinHostPort(t.HostName, strconv.Itoa(t.Port)) }
+
+// resolveTarget combines a hostfile host with the SSH settings: the hostfile's
+// user and port win over ~/.ssh/config, which wins over --ssh-user and the
+// defaults (port 22, the local user).
+func (s *SSH) resolveTarget(h PlanHost, user string, port int) sshTarget {
+	t := sshTarget{Alias: h.Name, HostName: h.Name, Port: port, User: user}
+	if hn := s.confGet(h.Name, "HostName"); hn != "" {
+		t.HostName = strings.ReplaceAll(hn, "%h", h.Name)
+	}
+	if t.Port == 0 {
+		if p, err := strconv.Atoi(s.confGet(h.Name, "Port")); err == nil && p > 0 {
+			t.Port = p
+		} else {
+			t.Port = 22
+		}
+	}
+	if t.User == "" {
+		t.User = s.confGet(h.Name, "User")
+	}
+	if t.User == "" {
+		t.User = s.Config.User
+	}
+	if t.User == "" {
+		t.User = localUser()
+	}
+	if pj := s.confGet(h.Name, "ProxyJump"); pj != "" && !strings.EqualFold(pj, "none") {
+		t.ProxyJump, _, _ = strings.Cut(pj, ",")
+	}
+	t.Identities = append(t.Identities, s.Config.Identities...)
+	for _, f := range s.confGetAll(h.Name, "IdentityFile") {
+		t.Identities = append(t.Identities, expandHome(f))
+	}
+	return t
+}
+
+// confGet reads one keyword of ~/.ssh/config for alias ("" when unset).
+func (s *SSH) confGet(alias, key string) string {
+	cfg := s.sshConfig()
+	if cfg == nil {
+		return ""
+	}
+	v, _ := cfg.Get(alias, key)
+	return v
+}
+
+func (s *SSH) confGetAll(alias, key string) []string {
+	cfg := s.sshConfig()
+	if cfg == nil {
+		return nil
+	}
+	v, _ := cfg.GetAll(alias, key)
+	return v
+}
+
+// sshConfig loads the ssh_config file once; a missing file is no config, a
+// broken one is reported once and ignored.
+func (s *SSH) sshConfig() *ssh_config.Config {
+	s.confOnce.Do(func() {
+		path := s.Config.ConfigFile
+		if path == "none" {
+			return
+		}
+		if path == "" {
+			path = filepath.Join(homeDir(), ".ssh", "config")
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		cfg, err := ssh_config.Decode(f)
+		if err != nil {
+			s.warn(fmt.Sprintf("ssh: ignoring %s: %v", path, err))
+			return
+		}
+		s.conf = cfg
+	})
+	return s.conf
+}
+
+// authMethods are the ssh-agent's keys (SSH_AUTH_SOCK) and the identity
+// files: the target's, else the usual ~/.ssh/id_*.
+func (s *SSH) authMethods(t sshTarget) []ssh.AuthMethod {
+	var signers []ssh.Signer
+	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			if ss, err := sshagent.NewClient(conn).Signers(); err == nil {
+				signers = append(signers, ss...)
+			}
+		}
+	}
+	files := t.Identities
+	if len(files) == 0 {
+		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+			files = append(files, filepath.Join(homeDir(), ".ssh", n))
+		}
+	}
+	for _, f := range files {
+		if sg, err := loadSigner(f); err == nil {
+			signers = append(signers, sg)
+		} else if !errors.Is(err, os.ErrNotExist) || containsStr(s.Config.Identities, f) {
+			s.warn(fmt.Sprintf("ssh: identity %s: %v", f, err))
+		}
+	}
+	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}
+}
+
+// loadSigner reads an unencrypted private key file. Encrypted keys belong in
+// ssh-agent.
+func loadSigner(path string) (ssh.Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	sg, err := ssh.ParsePrivateKey(b)
+	var pass *ssh.PassphraseMissingError
+	if errors.As(err, &pass) {
+		return nil, errors.New("key is encrypted: add it to ssh-agent (ssh-add) instead")
+	}
+	return sg, err
+}
+
+// HostKeyError is a refused host key: unknown (not in known_hosts) or
+// changed (known_hosts has another key for the host).
+type HostKeyError struct {
+	Host    string
+	Changed bool
+	Files   []string
+}
+
+func (e *HostKeyError) Error() string {
+	if e.Changed {
+		return fmt.Sprintf("ssh: host key of %s CHANGED (known_hosts: %s): this could be an attack; if the host was reinstalled, remove the old key with `ssh-keygen -R %s` and connect again",
+			e.Host, strings.Join(e.Files, ", "), e.Host)
+	}
+	return fmt.Sprintf("ssh: host key of %s is not in %s: check it and add it (ssh-keyscan %s >> ~/.ssh/known_hosts), or pass --ssh-accept-new to trust it on first use",
+		e.Host, strings.Join(e.Files, ", "), e.Host)
+}
+
+// hostKeys returns the host key callback for t and the host key algorithms
+// to offer: only the types known_hosts holds for the host, so that a host
+// with several keys is not reported as changed because it offered another
+// type first.
+func (s *SSH) hostKeys(t sshTarget) (ssh.HostKeyCallback, []string, error) {
+	files := s.Config.KnownHosts
+	if len(files) == 0 {
+		files = []string{filepath.Join(homeDir(), ".ssh", "known_hosts")}
+	}
+	var existing []string
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			existing = append(existing, f)
+		}
+	}
+	check := func(string, net.Addr, ssh.PublicKey) error { return &knownhosts.KeyError{} }
+	if len(existing) > 0 {
+		cb, err := knownhosts.New(existing...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ssh: read known_hosts: %w", err)
+		}
+		check = cb
+	}
+	algos := knownAlgorithms(check, t.Addr())
+	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		err := check(hostname, remote, key)
+		var ke *knownhosts.KeyError
+		if !errors.As(err, &ke) {
+			return err // nil, or revoked
+		}
+		if len(ke.Want) > 0 {
+			return &HostKeyError{Host: t.Alias, Changed: true, Files: existing}
+		}
+		if !s.Config.AcceptNew {
+			return &HostKeyError{Host: t.Alias, Files: files}
+		}
+		return s.rememberKey(files[0], hostname, key)
+	}
+	return cb, algos, nil
+}
+
+// knownAlgorithms asks the known_hosts callback which key types it holds for
+// addr, by offering it a key it cannot know.
+func knownAlgorithms(check ssh.HostKeyCallback, addr string) []string {
+	err := check(addr, &net.TCPAddr{}, unknownKey{})
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range ke.Want {
+		for _, a := range algorithmsFor(k.Key.Type()) {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// algorithmsFor lists the signature algorithms that use a key type (an RSA
+// key signs with SHA-2 too).
+func algorithmsFor(keyType string) []string {
+	if keyType == ssh.KeyAlgoRSA {
+		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+	}
+	return []string{keyType}
+}
+
+// unknownKey is a public key no known_hosts file contains.
+type unknownKey struct{}
+
+func (unknownKey) Type() string                        { return "gtrain-probe" }
+func (unknownKey) Marshal() []byte                     { return []byte("gtrain-probe") }
+func (unknownKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe key") }
+
+// rememberKey appends a first-seen host key to known_hosts (--ssh-accept-new).
+func (s *SSH) rememberKey(file, hostname string, key ssh.PublicKey) error {
+	s.khMu.Lock()
+	defer s.khMu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("ssh: remember host key: %w", err)
+	}
+	defer f.Close()
+	line := knownhosts.Line([]string{knownhosts.Normalize(hostname)}, key)
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		return fmt.Errorf("ssh: remember host key: %w", err)
+	}
+	s.warn(fmt.Sprintf("ssh: added the %s key of %s to %s (--ssh-accept-new)", key.Type(), hostname, file))
+	return f.Sync()
+}
+
+func homeDir() string {
+	if h, err := os.UserHomeDir(); err == nil {
+		return h
+	}
+	return "/"
+}
+
+func expandHome(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		return filepath.Join(homeDir(), rest)
+	}
+	return p
+}
+
+func localUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+func containsStr(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
