@@ -54,6 +54,8 @@ type agent struct {
 	enc    *proto.Encoder
 	tmpdir string
 
+	startEnv []string // from the start command, for every rank
+
 	mu    sync.Mutex
 	ranks []*rankProc
 }
@@ -84,6 +86,10 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	}
 	cmds := make(chan proto.Command, 4)
 	go readCommands(dec, cmds)
+	if a.spec.WaitStart && !a.awaitStart(ctx, cmds) {
+		a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
+		return nil
+	}
 
 	all := make(chan struct{})
 	var wg sync.WaitGroup
@@ -98,6 +104,34 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	a.cleanup()
 	a.emit(proto.Event{Type: proto.EventDone, Rank: -1})
 	return nil
+}
+
+// awaitStart waits for the launcher's start command, keeping up heartbeats,
+// and keeps the environment it carries for the ranks. It reports false when
+// the launcher said stop (or went away) instead.
+func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool {
+	var beat <-chan time.Time
+	if d := a.spec.Heartbeat(); d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		beat = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-beat:
+			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+		case c := <-cmds:
+			switch c.Type {
+			case proto.CommandStart:
+				a.startEnv = c.Env
+				return true
+			case proto.CommandStop, proto.CommandKill:
+				return false
+			}
+		}
+	}
 }
 
 // supervise waits for every rank to end, tearing them down when told to.
@@ -202,6 +236,7 @@ func (a *agent) rankPIDs() map[int]bool {
 
 func hostFacts(version string) *proto.HostFacts {
 	name, _ := os.Hostname()
+	port, _ := FreePort() // 0 if none: the launcher then picks one itself
 	return &proto.HostFacts{
 		Hostname: name,
 		OS:       runtime.GOOS,
@@ -209,6 +244,7 @@ func hostFacts(version string) *proto.HostFacts {
 		CPUs:     runtime.NumCPU(),
 		PID:      os.Getpid(),
 		Version:  version,
+		FreePort: port,
 	}
 }
 

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gtrain/gtrain/launch/proto"
@@ -24,6 +27,8 @@ type Runtime struct {
 	// AgentGrace is how long after a stop the launcher waits, beyond the
 	// ranks' grace period, before killing an agent that has not finished.
 	AgentGrace time.Duration
+	// JoinTimeout bounds the wait for every agent's joined event (default 60s).
+	JoinTimeout time.Duration
 }
 
 // Run executes the plan: it starts one agent per host, streams their events
@@ -39,6 +44,9 @@ func Run(ctx context.Context, p *Plan, rt Runtime) error {
 	}
 	if rt.AgentGrace <= 0 {
 		rt.AgentGrace = 10 * time.Second
+	}
+	if rt.JoinTimeout <= 0 {
+		rt.JoinTimeout = 60 * time.Second
 	}
 	for attempt := 0; ; attempt++ {
 		err := runAttempt(ctx, p, rt, attempt)
@@ -78,6 +86,9 @@ type attempt struct {
 	deadline <-chan time.Time // agents still running then are killed
 	lastSeen []time.Time      // when each agent was last heard from
 	ended    []bool           // each agent's event stream has ended
+	facts    []*proto.HostFacts
+
+	joinDeadline <-chan time.Time // every agent must have joined by then
 }
 
 // silentAfter is how long an agent may stay silent before it counts as lost:
@@ -89,7 +100,8 @@ func silentAfter(beat time.Duration) time.Duration {
 
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{},
-		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts))}
+		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts)),
+		facts: make([]*proto.HostFacts, len(p.Hosts)), joinDeadline: time.After(rt.JoinTimeout)}
 	if rt.LogDir != "" {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
 		if err != nil {
@@ -119,19 +131,30 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	return a.failure
 }
 
-// startAgents starts every node's agent and a reader for each. If one cannot
-// start, those already started are stopped.
+// startAgents starts every node's agent at once, and a reader for each. If
+// any host cannot be reached, the agents already up are stopped (they start
+// no rank before the start command) and every failing host is reported.
 func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
+	a.conns = make([]AgentConn, len(a.p.Hosts))
+	errs := make([]error, len(a.p.Hosts))
+	var wg sync.WaitGroup
 	for i, h := range a.p.Hosts {
-		c, err := a.rt.Transport.Start(ctx, h, a.p.Spec(i, a.n))
-		if err != nil {
-			for _, c := range a.conns {
-				_ = c.Kill()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.conns[i], errs[i] = a.rt.Transport.Start(ctx, h, a.p.Spec(i, a.n))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range a.conns {
+			if c != nil {
 				_ = c.Close()
 			}
-			return err
 		}
-		a.conns = append(a.conns, c)
+		return err
+	}
+	for i, c := range a.conns {
 		go func() {
 			for {
 				ev, err := c.Recv()
@@ -144,6 +167,87 @@ func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
 		}()
 	}
 	return nil
+}
+
+// joined records an agent's host facts; once every node has joined, the
+// ranks are started everywhere at once.
+func (a *attempt) joined(ev proto.Event) {
+	if ev.Node < 0 || ev.Node >= len(a.facts) || a.facts[ev.Node] != nil {
+		return
+	}
+	a.facts[ev.Node] = ev.Facts
+	if ev.Facts == nil {
+		a.facts[ev.Node] = &proto.HostFacts{}
+	}
+	for _, f := range a.facts {
+		if f == nil {
+			return
+		}
+	}
+	a.joinDeadline = nil
+	if !a.stopping {
+		a.sendAll(proto.CommandStart, "", a.masterEnv()...)
+	}
+}
+
+// missingJoin fails the job naming the hosts whose agents never joined.
+func (a *attempt) missingJoin() {
+	var missing []string
+	for i, f := range a.facts {
+		if f == nil {
+			missing = append(missing, a.p.Hosts[i].Name)
+		}
+	}
+	a.fail(&AgentLostError{Host: strings.Join(missing, ", "), Node: -1,
+		Err: fmt.Errorf("agent did not join within %v", a.rt.JoinTimeout)}, "join timeout")
+}
+
+// masterEnv is MASTER_ADDR and MASTER_PORT where the plan left them to be
+// determined at launch: the address the other nodes reach node 0 at (as
+// this launcher reached it, or, when node 0 is this machine, the address a
+// remote host sees this machine at), and a port node 0 found free.
+func (a *attempt) masterEnv() []string {
+	var env []string
+	if a.p.MasterAddr == "" {
+		env = append(env, "MASTER_ADDR="+a.masterAddr())
+	}
+	if a.p.MasterPort == 0 {
+		port := a.facts[0].FreePort
+		if port == 0 {
+			port, _ = FreePort()
+		}
+		env = append(env, "MASTER_PORT="+strconv.Itoa(port))
+	}
+	return env
+}
+
+// addrConn is an agent connection that knows its network addresses.
+type addrConn interface {
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+}
+
+func (a *attempt) masterAddr() string {
+	if h0 := a.p.Hosts[0]; !h0.Local {
+		if c, ok := a.conns[0].(addrConn); ok {
+			return hostOnly(c.RemoteAddr())
+		}
+		return strings.Trim(h0.Name, "[]")
+	}
+	for i, h := range a.p.Hosts {
+		if c, ok := a.conns[i].(addrConn); ok && !h.Local {
+			return hostOnly(c.LocalAddr())
+		}
+	}
+	return "127.0.0.1"
+}
+
+func hostOnly(addr net.Addr) string {
+	h, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return h
 }
 
 // loop handles events until every agent's stream has ended.
@@ -173,6 +277,9 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 			a.handle(m.ev)
 		case now := <-check:
 			a.checkSilent(now)
+		case <-a.joinDeadline:
+			a.joinDeadline = nil
+			a.missingJoin()
 		case <-interrupted:
 			interrupted = nil
 			a.fail(context.Cause(ctx), "interrupted")
@@ -203,6 +310,8 @@ func (a *attempt) handle(ev proto.Event) {
 			t = t[len(t)-a.rt.LastLines:]
 		}
 		a.tails[ev.Rank] = t
+	case proto.EventJoined:
+		a.joined(ev)
 	case proto.EventDone:
 		a.done[ev.Node] = true
 	case proto.EventRankExited:
@@ -266,10 +375,10 @@ func (a *attempt) fail(err error, why string) {
 }
 
 // sendAll sends a command to every agent that has not finished.
-func (a *attempt) sendAll(typ, reason string) {
+func (a *attempt) sendAll(typ, reason string, env ...string) {
 	for i, c := range a.conns {
 		if !a.done[i] {
-			_ = c.Send(proto.Command{V: proto.Version, Type: typ, Reason: reason})
+			_ = c.Send(proto.Command{V: proto.Version, Type: typ, Reason: reason, Env: env})
 		}
 	}
 }
@@ -280,7 +389,7 @@ func (p *Plan) Spec(i, attempt int) *proto.Spec {
 	s := &proto.Spec{
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
 		Command: p.Command, Dir: p.Dir, GraceMillis: p.Grace.Milliseconds(),
-		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true,
+		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
 	}
 	for _, r := range p.Ranks {
 		if r.Node == h.Node {

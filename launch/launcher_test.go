@@ -24,7 +24,10 @@ func (f *fakeTransport) Start(_ context.Context, h PlanHost, spec *proto.Spec) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := &fakeConn{host: h.Name, node: h.Node, events: make(chan proto.Event, 16), gone: make(chan struct{}), cmds: make(chan proto.Command, 16)}
-	f.conns = append(f.conns, c)
+	for len(f.conns) <= h.Node {
+		f.conns = append(f.conns, nil)
+	}
+	f.conns[h.Node] = c // agents start in parallel: index by node, not by call order
 	return c, nil
 }
 

@@ -22,8 +22,8 @@ type Options struct {
 	Nodes        []hostfiles.Node // where to run, in node-rank order
 	FromHostfile bool             // Nodes came from a hostfile: slots are device ids (CUDA_VISIBLE_DEVICES)
 	Command      []string
-	MasterAddr   string        // "" = the first node's address
-	MasterPort   int           // 0 = a free port picked for this job
+	MasterAddr   string        // "" = 127.0.0.1 on this machine alone, else determined at launch
+	MasterPort   int           // 0 = a free port: picked now on this machine alone, else by node 0 at launch
 	RunID        string        // "" = a fresh random id
 	MaxRestarts  int           // whole-job restarts after a failure
 	Grace        time.Duration // SIGTERM → SIGKILL
@@ -38,8 +38,8 @@ type Options struct {
 type Plan struct {
 	RunID       string        `json:"run_id"`
 	Command     []string      `json:"command"`
-	MasterAddr  string        `json:"master_addr"`
-	MasterPort  int           `json:"master_port"`
+	MasterAddr  string        `json:"master_addr"` // "" = determined at launch
+	MasterPort  int           `json:"master_port"` // 0 = picked by node 0 at launch
 	WorldSize   int           `json:"world_size"`
 	MaxRestarts int           `json:"max_restarts"`
 	Grace       time.Duration `json:"-"`
@@ -108,15 +108,20 @@ func NewPlan(o Options) (*Plan, error) {
 			Slots: n.SlotIDs, Local: IsLocalHost(n.Name)})
 		p.WorldSize += len(n.SlotIDs)
 	}
-	if p.MasterAddr == "" {
-		p.MasterAddr = masterAddr(p.Hosts)
-	}
-	if p.MasterPort == 0 {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
+	// On this machine alone, the master is known now. With remote hosts it is
+	// determined at launch (see Plan.master): the address the other nodes
+	// reach node 0 at, and a port node 0 itself found free.
+	if p.allLocal() {
+		if p.MasterAddr == "" {
+			p.MasterAddr = "127.0.0.1"
 		}
-		p.MasterPort = port
+		if p.MasterPort == 0 {
+			port, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			p.MasterPort = port
+		}
 	}
 	p.Ranks = p.rankTable(o)
 	return p, nil
@@ -149,10 +154,15 @@ func (p *Plan) rankEnv(r PlanRank, h PlanHost, o Options) map[string]string {
 		"WORLD_SIZE": itoa(p.WorldSize), "LOCAL_WORLD_SIZE": itoa(len(h.Slots)),
 		"GROUP_RANK": itoa(h.Node), "GROUP_WORLD_SIZE": itoa(len(p.Hosts)),
 		"ROLE_RANK": itoa(r.Rank), "ROLE_NAME": DefaultRole, "ROLE_WORLD_SIZE": itoa(p.WorldSize),
-		"MASTER_ADDR": p.MasterAddr, "MASTER_PORT": itoa(p.MasterPort),
 		"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": itoa(p.MaxRestarts),
 		"TORCHELASTIC_RUN_ID": p.RunID, "TORCHELASTIC_USE_AGENT_STORE": "False",
 		"GTRAIN_RUN_ID": p.RunID, "GTRAIN_HOST": h.Name, "GTRAIN_SLOT": itoa(r.Slot), "GTRAIN_ATTEMPT": "0",
+	}
+	if p.MasterAddr != "" {
+		set["MASTER_ADDR"] = p.MasterAddr
+	}
+	if p.MasterPort != 0 {
+		set["MASTER_PORT"] = itoa(p.MasterPort)
 	}
 	for k, v := range set {
 		env[k] = v
@@ -209,18 +219,14 @@ func checkUserEnv(env []string) error {
 	return nil
 }
 
-// masterAddr is where the other nodes reach rank 0: the loopback address when
-// the whole job is on this machine, else the first host's address.
-func masterAddr(hosts []PlanHost) string {
-	allLocal := true
-	for _, h := range hosts {
-		allLocal = allLocal && h.Local
+// allLocal reports whether every host of the job is this machine.
+func (p *Plan) allLocal() bool {
+	for _, h := range p.Hosts {
+		if !h.Local {
+			return false
+		}
 	}
-	if allLocal {
-		return "127.0.0.1"
-	}
-	name := hosts[0].Name
-	return strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	return true
 }
 
 // IsLocalHost reports whether a hostfile name means this machine:

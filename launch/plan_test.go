@@ -38,9 +38,12 @@ func TestPlanRankEnv(t *testing.T) {
 	}
 	common := map[string]string{
 		"WORLD_SIZE": "5", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default", "ROLE_WORLD_SIZE": "5",
-		"MASTER_ADDR": "worker-0", "MASTER_PORT": "4321", "TORCHELASTIC_RESTART_COUNT": "0",
+		"MASTER_PORT":               "4321", // pinned; MASTER_ADDR is determined at launch for remote hosts "TORCHELASTIC_RESTART_COUNT": "0",
 		"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "job-1", "TORCHELASTIC_USE_AGENT_STORE": "False",
 		"GTRAIN_RUN_ID": "job-1", "NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
+	}
+	if _, ok := p.Ranks[0].Env["MASTER_ADDR"]; ok || p.MasterAddr != "" {
+		t.Errorf("MASTER_ADDR = %q in the plan of a remote job; it is determined at launch", p.Ranks[0].Env["MASTER_ADDR"])
 	}
 	if len(p.Ranks) != 5 || p.WorldSize != 5 {
 		t.Fatalf("ranks = %d, world = %d, want 5", len(p.Ranks), p.WorldSize)

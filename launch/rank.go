@@ -70,7 +70,7 @@ type rankIO struct {
 // spawn starts the rank's process with its pipes and environment.
 func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	rs := rp.spec
-	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env)
+	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env, a.startEnv)
 	if a.tmpdir != "" {
 		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.spec.Attempt), "rank-"+strconv.Itoa(rs.Rank))
 		if err := os.MkdirAll(dir, 0o700); err == nil {

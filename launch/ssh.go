@@ -410,3 +410,10 @@ func (c *sshConn) Close() error {
 }
 
 func (c *sshConn) Stderr() string { return c.tail.String() }
+
+// LocalAddr is this machine's end of the connection: the address the host
+// reaches the launcher at.
+func (c *sshConn) LocalAddr() net.Addr { return c.client.LocalAddr() }
+
+// RemoteAddr is the address the launcher reached the host at.
+func (c *sshConn) RemoteAddr() net.Addr { return c.client.RemoteAddr() }

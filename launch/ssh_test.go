@@ -69,6 +69,9 @@ func TestSSHDisconnectTearsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := conn.Send(proto.Command{Type: proto.CommandStart}); err != nil {
+		t.Fatal(err)
+	}
 	var pids []int
 	for len(pids) < 2 {
 		ev, err := conn.Recv()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -21,7 +22,14 @@ func printPlan(w io.Writer, p *launch.Plan, output string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run id:\t%s\n", p.RunID)
 	fmt.Fprintf(tw, "command:\t%s\n", strings.Join(p.Command, " "))
-	fmt.Fprintf(tw, "master:\t%s:%d\n", p.MasterAddr, p.MasterPort)
+	addr, port := p.MasterAddr, strconv.Itoa(p.MasterPort)
+	if addr == "" {
+		addr = "(node 0's address, determined at launch)"
+	}
+	if p.MasterPort == 0 {
+		port = "(picked free on node 0 at launch)"
+	}
+	fmt.Fprintf(tw, "master:\t%s:%s\n", addr, port)
 	fmt.Fprintf(tw, "world size:\t%d rank(s) on %d host(s)\n", p.WorldSize, len(p.Hosts))
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NODE\tHOST\tADDRESS\tSLOTS\tRANKS")

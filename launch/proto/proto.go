@@ -56,6 +56,8 @@ const (
 	// CommandKill asks for an immediate SIGKILL of every rank's process group
 	// (a second Ctrl-C).
 	CommandKill = "kill"
+	// CommandStart lets an agent whose Spec has WaitStart start its ranks.
+	CommandStart = "start"
 )
 
 // Spec is the job description the launcher sends to one node agent.
@@ -74,6 +76,10 @@ type Spec struct {
 	StatusFD    bool       `json:"status_fd"`       // give each rank a status pipe (GTRAIN_STATUS_FD)
 	Unset       []string   `json:"unset,omitempty"` // variables removed from the agent's environment for the ranks
 	ErrorFiles  bool       `json:"error_files"`     // set TORCHELASTIC_ERROR_FILE per rank and report its message
+	// WaitStart makes the agent start no rank until a start command arrives:
+	// the launcher sends it once every node has joined, so that a host that
+	// cannot be reached leaves nothing started anywhere.
+	WaitStart bool `json:"wait_start,omitempty"`
 }
 
 // RankSpec is one rank to start.
@@ -91,9 +97,10 @@ func (s *Spec) Heartbeat() time.Duration { return time.Duration(s.BeatMillis) * 
 
 // Command is a message from the launcher to an agent after the Spec.
 type Command struct {
-	V      int    `json:"v"`
-	Type   string `json:"type"`
-	Reason string `json:"reason,omitempty"`
+	V      int      `json:"v"`
+	Type   string   `json:"type"`
+	Reason string   `json:"reason,omitempty"`
+	Env    []string `json:"env,omitempty"` // start: KEY=VALUE added to every rank (MASTER_ADDR, MASTER_PORT)
 }
 
 // Event is a message from an agent to the launcher. Which fields are set
@@ -133,6 +140,7 @@ type HostFacts struct {
 	CPUs     int    `json:"cpus"`
 	PID      int    `json:"pid"`
 	Version  string `json:"version"`
+	FreePort int    `json:"free_port,omitempty"` // a TCP port free on this host, for MASTER_PORT on node 0
 }
 
 // Encoder writes protocol messages as JSON lines. It is safe for concurrent use.
