@@ -12,11 +12,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
 
-# Debian's PyTorch (1.13, CPU) is the real peer of the launcher tests.
+# Debian's PyTorch (1.13, CPU) is the real peer of the launcher tests; the
+# multi-host tests run real OpenSSH servers in network namespaces (iproute2).
 deps:
-	@if ! $(PYTHON) -c 'import torch.distributed' 2>/dev/null; then \
+	@if ! $(PYTHON) -c 'import torch.distributed' 2>/dev/null || ! [ -x /usr/sbin/sshd ] || \
+		! command -v ssh >/dev/null || ! command -v ip >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-torch; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			python3-torch openssh-server openssh-client iproute2; \
 	fi
 
 demo: deps build
@@ -30,7 +33,8 @@ vet:
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=15s ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzSelect$$' -fuzztime=15s ./hostfiles
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s ./rendezvous
 
 test: deps vet
-	GTRAIN_REQUIRE_TORCH=1 $(GO) test -race -count=1 ./...
+	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz

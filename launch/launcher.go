@@ -388,7 +388,7 @@ func (p *Plan) Spec(i, attempt int) *proto.Spec {
 	h := p.Hosts[i]
 	s := &proto.Spec{
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
-		Command: p.Command, Dir: p.Dir, GraceMillis: p.Grace.Milliseconds(),
+		Command: p.Command, Dir: p.Dir, Env: p.Forward, GraceMillis: p.Grace.Milliseconds(),
 		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
 	}
 	for _, r := range p.Ranks {

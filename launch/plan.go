@@ -29,7 +29,8 @@ type Options struct {
 	Grace        time.Duration // SIGTERM → SIGKILL
 	Heartbeat    time.Duration // agent heartbeat interval
 	Dir          string        // working directory of the ranks
-	Env          []string      // KEY=VALUE for every rank (--env)
+	Env          []string      // KEY=VALUE for every rank (--env, --env-file): part of the contract shown by --dry-run
+	Forward      []string      // KEY=VALUE from the launcher's environment for every rank on every host (ForwardEnv)
 	Getenv       func(string) string
 }
 
@@ -45,6 +46,7 @@ type Plan struct {
 	Grace       time.Duration `json:"-"`
 	Heartbeat   time.Duration `json:"-"`
 	Dir         string        `json:"dir,omitempty"`
+	Forward     []string      `json:"forward,omitempty"`
 	Hosts       []PlanHost    `json:"hosts"`
 	Ranks       []PlanRank    `json:"ranks"`
 }
@@ -98,7 +100,7 @@ func NewPlan(o Options) (*Plan, error) {
 	}
 	p := &Plan{
 		RunID: o.RunID, Command: o.Command, MasterAddr: o.MasterAddr, MasterPort: o.MasterPort,
-		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir,
+		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir, Forward: o.Forward,
 	}
 	if p.RunID == "" {
 		p.RunID = newRunID()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +33,9 @@ type RunOptions struct {
 	Heartbeat    time.Duration
 	LogDir       string
 	Env          []string
+	EnvFile      string
+	Chdir        string
+	SSH          launch.SSHConfig
 	Output       string // text or json
 	Table        string // auto, always, never
 	DryRun       bool
@@ -83,6 +87,15 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.DurationVar(&opts.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	f.StringVar(&opts.LogDir, "log-dir", "", "write each rank's output to DIR/<rdzv-id>/attempt-N/rank-R.log")
 	f.StringArrayVar(&opts.Env, "env", nil, "set KEY=VALUE in every rank's environment (repeatable)")
+	f.StringVar(&opts.EnvFile, "env-file", "", "read KEY=VALUE lines for every rank's environment from a file")
+	f.StringVar(&opts.Chdir, "chdir", "", "working directory of the ranks on every host (default: this directory)")
+	f.StringVar(&opts.SSH.User, "ssh-user", "", "SSH login user when the hostfile and ~/.ssh/config name none (default: you)")
+	f.StringArrayVar(&opts.SSH.Identities, "identity", nil, "SSH identity file, tried before ~/.ssh/config's and ~/.ssh/id_* (repeatable)")
+	f.StringArrayVar(&opts.SSH.KnownHosts, "ssh-known-hosts", nil, "known_hosts file (default ~/.ssh/known_hosts; repeatable)")
+	f.BoolVar(&opts.SSH.AcceptNew, "ssh-accept-new", false, "trust the key of a host not yet in known_hosts and remember it (never a changed key)")
+	f.StringVar(&opts.SSH.ConfigFile, "ssh-config", "", "ssh_config file (default ~/.ssh/config; \"none\" to ignore)")
+	f.DurationVar(&opts.SSH.ConnectTimeout, "ssh-timeout", 10*time.Second, "connect and handshake timeout per host")
+	f.StringVar(&opts.SSH.RemoteGtrain, "remote-gtrain", "", "gtrain's path on the hosts (default: copy this binary to ~/.cache/gtrain there)")
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
@@ -99,22 +112,31 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if err != nil {
 		return err
 	}
+	env := o.Env
+	if o.EnvFile != "" {
+		fileEnv, err := launch.ReadEnvFile(o.EnvFile)
+		if err != nil {
+			return err
+		}
+		env = append(fileEnv, env...) // --env wins over the file
+	}
+	dir := o.Chdir
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+	}
 	plan, err := launch.NewPlan(launch.Options{
 		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
 		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
-		Env: o.Env, Getenv: o.IO.Getenv,
+		Dir: dir, Env: env, Forward: launch.ForwardEnv(os.Environ()), Getenv: o.IO.Getenv,
 	})
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
 		return printPlan(o.IO.Out, plan, o.Output)
-	}
-	for _, h := range plan.Hosts {
-		if !h.Local {
-			return &NotImplementedError{Command: fmt.Sprintf("gtrain run on remote host %q (SSH transport)", h.Name), Issue: 3}
-		}
 	}
 	return execute(ctx, o, plan)
 }
@@ -173,11 +195,20 @@ func (o *RunOptions) nodes() ([]hostfiles.Node, bool, error) {
 
 // execute runs the plan with the views the options ask for.
 func execute(ctx context.Context, o *RunOptions, plan *launch.Plan) error {
-	tr, err := launch.NewLocal()
+	local, err := launch.NewLocal()
 	if err != nil {
 		return err
 	}
 	view := o.view(plan)
+	// Hosts are dialled in parallel, before the event loop runs: serialise
+	// their messages, since a view takes events from one goroutine at a time.
+	var mu sync.Mutex
+	remote := &launch.SSH{Config: o.SSH, Warn: func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
+	}}
+	tr := &launch.Mux{Local: local, Remote: remote}
 	err = launch.Run(ctx, plan, launch.Runtime{Transport: tr, View: view, LogDir: o.LogDir, Abort: o.Signals.abort})
 	code := ExitCode(err)
 	msg := "all ranks exited 0"
