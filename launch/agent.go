@@ -32,7 +32,7 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) 
 		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Host: spec.Host, Node: spec.Node, Rank: -1, Message: err.Error()})
 		return err
 	}
-	a := &agent{spec: &spec, enc: enc}
+	a := &agent{spec: &spec, enc: enc, heard: time.Now()}
 	return a.run(ctx, dec, version)
 }
 
@@ -54,7 +54,9 @@ type agent struct {
 	enc    *proto.Encoder
 	tmpdir string
 
-	startEnv []string // from the start command, for every rank
+	startEnv []string  // from the start command, for every rank
+	heard    time.Time // when the launcher last sent anything
+	stopped  bool      // a teardown has begun
 
 	mu    sync.Mutex
 	ranks []*rankProc
@@ -120,9 +122,13 @@ func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool 
 		select {
 		case <-ctx.Done():
 			return false
-		case <-beat:
+		case now := <-beat:
 			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			if a.launcherSilent(now) {
+				return false
+			}
 		case c := <-cmds:
+			a.heard = time.Now()
 			switch c.Type {
 			case proto.CommandStart:
 				a.startEnv = c.Env
@@ -148,13 +154,17 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 		select {
 		case <-all:
 			return
-		case <-beat:
+		case now := <-beat:
 			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
 			reapZombies(a.rankPIDs())
+			if kill == nil && !a.stopped && a.launcherSilent(now) {
+				kill = a.stop(a.spec.Grace())
+			}
 		case <-sigs:
 			sigs = nil
 			kill = a.stop(a.spec.Grace())
 		case c := <-cmds:
+			a.heard = time.Now()
 			switch c.Type {
 			case proto.CommandStop:
 				kill = a.stop(a.spec.Grace())
@@ -166,6 +176,18 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 			a.signalAll(syscall.SIGKILL)
 		}
 	}
+}
+
+// launcherSilent reports whether the launcher, which promised heartbeats,
+// has sent nothing for SilentAfter: the network to it is gone (a dropped
+// host may never see its connection close), so the ranks must not run on.
+func (a *agent) launcherSilent(now time.Time) bool {
+	if !a.spec.LauncherBeats || now.Sub(a.heard) < SilentAfter(a.spec.Heartbeat()) {
+		return false
+	}
+	a.emit(proto.Event{Type: proto.EventError, Rank: -1,
+		Message: fmt.Sprintf("agent: no word from the launcher for %v: stopping the ranks", now.Sub(a.heard).Round(time.Second))})
+	return true
 }
 
 // readCommands forwards launcher commands; at end of input (the launcher is
@@ -184,6 +206,7 @@ func readCommands(dec *proto.Decoder, out chan<- proto.Command) {
 // stop starts a teardown: SIGTERM to every running rank's process group now,
 // and a timer for the SIGKILL that follows after grace (at once if grace is 0).
 func (a *agent) stop(grace time.Duration) <-chan time.Time {
+	a.stopped = true
 	if grace <= 0 {
 		a.signalAll(syscall.SIGKILL)
 		return nil

@@ -91,11 +91,11 @@ type attempt struct {
 	joinDeadline <-chan time.Time // every agent must have joined by then
 }
 
-// silentAfter is how long an agent may stay silent before it counts as lost:
-// a few missed heartbeats, and never less than 15 s so that a busy machine
-// does not fail a job.
-func silentAfter(beat time.Duration) time.Duration {
-	return max(5*beat, 15*time.Second)
+// SilentAfter is how long either end of an agent connection may hear
+// nothing before it counts the other as gone: five heartbeats, and never
+// less than 3 s so that a busy machine does not fail a job.
+func SilentAfter(beat time.Duration) time.Duration {
+	return max(5*beat, 3*time.Second)
 }
 
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
@@ -276,6 +276,7 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 			}
 			a.handle(m.ev)
 		case now := <-check:
+			a.sendAll(proto.CommandHeartbeat, "")
 			a.checkSilent(now)
 		case <-a.joinDeadline:
 			a.joinDeadline = nil
@@ -344,7 +345,7 @@ func (a *attempt) agentEnded(m agentMsg) {
 // not even a heartbeat) for silentAfter the heartbeat interval: a hung agent
 // or a dead network must not hang the job.
 func (a *attempt) checkSilent(now time.Time) {
-	limit := silentAfter(a.p.Heartbeat)
+	limit := SilentAfter(a.p.Heartbeat)
 	for i, seen := range a.lastSeen {
 		if a.ended[i] || a.done[i] || now.Sub(seen) < limit {
 			continue
@@ -390,6 +391,7 @@ func (p *Plan) Spec(i, attempt int) *proto.Spec {
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
 		Command: p.Command, Dir: p.Dir, Env: p.Forward, GraceMillis: p.Grace.Milliseconds(),
 		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
+		LauncherBeats: p.Heartbeat > 0,
 	}
 	for _, r := range p.Ranks {
 		if r.Node == h.Node {

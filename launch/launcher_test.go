@@ -111,7 +111,7 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		if !errors.As(err, &lost) || lost.Node != 1 || !strings.Contains(err.Error(), "no heartbeat") {
 			t.Fatalf("Run error = %v, want node 1 lost for lack of heartbeat", err)
 		}
-		if d, limit := time.Since(start), silentAfter(p.Heartbeat); d < limit || d > limit+2*time.Second {
+		if d, limit := time.Since(start), SilentAfter(p.Heartbeat); d < limit || d > limit+2*time.Second {
 			t.Errorf("lost after %v, want just after the %v silence limit", d, limit)
 		}
 	})

@@ -376,10 +376,22 @@ func (c *sshConn) Recv() (proto.Event, error) {
 	return ev, err
 }
 
+// Send writes a command, giving up after sendTimeout: a host whose network
+// is gone must not stall the launcher's event loop.
 func (c *sshConn) Send(cmd proto.Command) error {
 	cmd.V = proto.Version
-	return c.enc.Encode(cmd)
+	done := make(chan error, 1)
+	go func() { done <- c.enc.Encode(cmd) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(sendTimeout):
+		return errors.New("ssh: send to agent timed out")
+	}
 }
+
+// sendTimeout bounds one command write to a remote agent.
+const sendTimeout = 5 * time.Second
 
 // Kill drops the connection: the remote agent sees its stdin close and tears
 // its ranks down (OpenSSH refuses signals to root sessions, so EOF is the one

@@ -58,6 +58,8 @@ const (
 	CommandKill = "kill"
 	// CommandStart lets an agent whose Spec has WaitStart start its ranks.
 	CommandStart = "start"
+	// CommandHeartbeat tells the agent the launcher is alive.
+	CommandHeartbeat = "heartbeat"
 )
 
 // Spec is the job description the launcher sends to one node agent.
@@ -80,6 +82,9 @@ type Spec struct {
 	// the launcher sends it once every node has joined, so that a host that
 	// cannot be reached leaves nothing started anywhere.
 	WaitStart bool `json:"wait_start,omitempty"`
+	// LauncherBeats promises a heartbeat command every heartbeat interval:
+	// an agent that hears nothing for several intervals stops its ranks.
+	LauncherBeats bool `json:"launcher_beats,omitempty"`
 }
 
 // RankSpec is one rank to start.
