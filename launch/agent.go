@@ -73,7 +73,22 @@ func (a *agent) emit(ev proto.Event) {
 }
 
 func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) error {
-	a.emit(proto.Event{Type: proto.EventJoined, Rank: -1, Facts: hostFacts(version)})
+	cmds := make(chan proto.Command, 4)
+	go readCommands(dec, cmds)
+	facts := hostFacts(version)
+	if a.spec.Rendezvous != nil {
+		if err := a.join(ctx, cmds, facts); err != nil {
+			if errors.Is(err, errStopped) {
+				a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
+				return nil
+			}
+			// No done event: the launcher counts this agent lost, with err as
+			// the reason, and stops the job at once.
+			a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: err.Error()})
+			return err
+		}
+	}
+	a.emit(proto.Event{Type: proto.EventJoined, Rank: -1, Facts: facts})
 	if err := becomeSubreaper(); err != nil {
 		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: cannot become child subreaper: " + err.Error()})
 	}
@@ -86,8 +101,6 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 			defer os.RemoveAll(dir)
 		}
 	}
-	cmds := make(chan proto.Command, 4)
-	go readCommands(dec, cmds)
 	if a.spec.WaitStart && !a.awaitStart(ctx, cmds) {
 		a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
 		return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
+	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // Runtime is what Run needs besides the Plan.
@@ -29,6 +30,16 @@ type Runtime struct {
 	AgentGrace time.Duration
 	// JoinTimeout bounds the wait for every agent's joined event (default 60s).
 	JoinTimeout time.Duration
+	// RendezvousBind is where the rendezvous server listens (default
+	// 127.0.0.1:0 for a job on this machine alone, else :0).
+	RendezvousBind string
+	// RendezvousHost is the address remote agents dial for the rendezvous
+	// (default: the launcher's address as each host's SSH session sees it).
+	RendezvousHost string
+	// NoRendezvous starts no rendezvous server and asks no agent to join
+	// one: for agents that cannot reach the network, like in-memory test
+	// agents. Ranks of the built-in engine need the rendezvous.
+	NoRendezvous bool
 }
 
 // Run executes the plan: it starts one agent per host, streams their events
@@ -87,6 +98,13 @@ type attempt struct {
 	lastSeen []time.Time      // when each agent was last heard from
 	ended    []bool           // each agent's event stream has ended
 	facts    []*proto.HostFacts
+	lastErr  []string // each agent's last error message
+
+	secret   []byte // this attempt's rendezvous secret
+	rdzvPort int
+	rdzvBind string
+	rdzvMsgs chan string // refusals logged by the rendezvous server
+	roundErr chan error  // the membership round did not close
 
 	joinDeadline <-chan time.Time // every agent must have joined by then
 }
@@ -101,7 +119,8 @@ func SilentAfter(beat time.Duration) time.Duration {
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{},
 		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts)),
-		facts: make([]*proto.HostFacts, len(p.Hosts)), joinDeadline: time.After(rt.JoinTimeout)}
+		facts: make([]*proto.HostFacts, len(p.Hosts)), lastErr: make([]string, len(p.Hosts)),
+		joinDeadline: time.After(joinBackstop(rt)), rdzvMsgs: make(chan string, 16), roundErr: make(chan error, 1)}
 	if rt.LogDir != "" {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
 		if err != nil {
@@ -119,16 +138,101 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 			}
 		}()
 	}
+	var rdzv *rendezvous.Server
+	if !rt.NoRendezvous {
+		var err error
+		if rdzv, err = a.listenRendezvous(ctx); err != nil {
+			notice(rt.View, err.Error())
+			return err
+		}
+		defer rdzv.Close()
+	}
 	msgs := make(chan agentMsg, 64)
 	if err := a.startAgents(ctx, msgs); err != nil {
 		notice(rt.View, err.Error())
 		return err
+	}
+	if rdzv != nil {
+		go a.waitRound(ctx, rdzv)
 	}
 	a.loop(ctx, msgs)
 	for _, c := range a.conns {
 		_ = c.Close()
 	}
 	return a.failure
+}
+
+// listenRendezvous starts this attempt's rendezvous server, with a fresh
+// secret, expecting every host by name; its log lines become notices.
+func (a *attempt) listenRendezvous(ctx context.Context) (*rendezvous.Server, error) {
+	secret, err := rendezvous.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	bind := a.rt.RendezvousBind
+	if bind == "" {
+		bind = ":0"
+		if a.p.allLocal() {
+			bind = "127.0.0.1:0"
+		}
+	}
+	names := make([]string, len(a.p.Hosts))
+	for i, h := range a.p.Hosts {
+		names[i] = h.Name
+	}
+	srv, err := rendezvous.Listen(rendezvous.Config{Addr: bind, Secret: secret, Nodes: names, Log: a.rdzvLog})
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("launch: rendezvous: listen on %s: %w (choose another with --rdzv-bind)", bind, err)}
+	}
+	go func() { _ = srv.Serve(ctx) }()
+	a.secret = secret
+	a.rdzvPort = srv.Addr().(*net.TCPAddr).Port
+	a.rdzvBind = bind
+	return srv, nil
+}
+
+// joinBackstop is how long the launcher waits for every joined event. With a
+// rendezvous, its round times out first and names exactly who is missing.
+func joinBackstop(rt Runtime) time.Duration {
+	if rt.NoRendezvous {
+		return rt.JoinTimeout
+	}
+	return rt.JoinTimeout + 5*time.Second
+}
+
+// waitRound reports a membership round that does not close in time; its
+// error names the hosts that never joined.
+func (a *attempt) waitRound(ctx context.Context, srv *rendezvous.Server) {
+	wctx, cancel := context.WithTimeout(ctx, a.rt.JoinTimeout)
+	defer cancel()
+	if _, err := srv.WaitRound(wctx); err != nil && ctx.Err() == nil {
+		a.roundErr <- err
+	}
+}
+
+// rdzvLog passes the server's refusals on to the event loop (it runs on the
+// server's goroutines; views are fed from the loop only).
+func (a *attempt) rdzvLog(line string) {
+	if !strings.Contains(line, "refus") && !strings.Contains(line, "reject") {
+		return // joins and the round closing are routine
+	}
+	select {
+	case a.rdzvMsgs <- line:
+	default:
+	}
+}
+
+// rendezvousFor is the rendezvous part of host h's spec.
+func (a *attempt) rendezvousFor(h PlanHost) *proto.Rendezvous {
+	r := &proto.Rendezvous{Port: a.rdzvPort, Secret: a.secret, Name: h.Name, Host: a.rt.RendezvousHost}
+	if h.Local {
+		// Never SSH_CONNECTION here: gtrain itself may run in an SSH login.
+		r.Host = "127.0.0.1"
+		if host, _, err := net.SplitHostPort(a.rdzvBind); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
+			r.Host = host
+		}
+	}
+	return r
 }
 
 // startAgents starts every node's agent at once, and a reader for each. If
@@ -142,7 +246,11 @@ func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.conns[i], errs[i] = a.rt.Transport.Start(ctx, h, a.p.Spec(i, a.n))
+			spec := a.p.Spec(i, a.n)
+			if !a.rt.NoRendezvous {
+				spec.Rendezvous = a.rendezvousFor(h)
+			}
+			a.conns[i], errs[i] = a.rt.Transport.Start(ctx, h, spec)
 		}()
 	}
 	wg.Wait()
@@ -281,6 +389,11 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 		case <-a.joinDeadline:
 			a.joinDeadline = nil
 			a.missingJoin()
+		case err := <-a.roundErr:
+			a.joinDeadline = nil
+			a.fail(fmt.Errorf("launch: %w", err), "round incomplete")
+		case line := <-a.rdzvMsgs:
+			notice(a.view, "rendezvous: "+line)
 		case <-interrupted:
 			interrupted = nil
 			a.fail(context.Cause(ctx), "interrupted")
@@ -302,7 +415,11 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 func (a *attempt) handle(ev proto.Event) {
 	switch ev.Type {
 	case proto.EventError:
-		// Agent problems are for the user: show them as notices.
+		// Agent problems are for the user: show them as notices. The last
+		// one explains the agent's end if it ends without finishing.
+		if ev.Node >= 0 && ev.Node < len(a.lastErr) {
+			a.lastErr[ev.Node] = ev.Message
+		}
 		notice(a.view, fmt.Sprintf("%s: %s", ev.Host, ev.Message))
 		return
 	case proto.EventLog:
@@ -336,6 +453,9 @@ func (a *attempt) agentEnded(m agentMsg) {
 	err := m.err
 	if err == io.EOF {
 		err = errors.New("agent exited before its ranks finished")
+		if msg := a.lastErr[m.node]; msg != "" {
+			err = errors.New(msg)
+		}
 	}
 	h := a.p.Hosts[m.node]
 	a.fail(&AgentLostError{Host: h.Name, Node: m.node, Err: err, Stderr: a.conns[m.node].Stderr()}, "agent lost")

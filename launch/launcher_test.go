@@ -83,7 +83,7 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		start := time.Now()
 		errc := make(chan error, 1)
 		go func() {
-			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second})
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second, NoRendezvous: true})
 		}()
 		synctest.Wait()
 		// Node 0 keeps its heartbeat; node 1 says nothing at all.
@@ -124,7 +124,7 @@ func TestRunFailureStopsOtherAgents(t *testing.T) {
 		tr := &fakeTransport{}
 		p := fakePlan(t, 3)
 		errc := make(chan error, 1)
-		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}}) }()
+		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true}) }()
 		synctest.Wait()
 		tr.conns[1].send(proto.EventRankExited, 1, 6)
 		synctest.Wait()

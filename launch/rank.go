@@ -79,7 +79,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 		}
 	}
 	cmd := exec.Command(a.spec.Command[0], a.spec.Command[1:]...)
-	cmd.Dir = a.spec.Dir
+	cmd.Dir = rankDir(a.spec.Dir)
 	cmd.SysProcAttr = rankAttr()
 	var parentEnds, childEnds []*os.File
 	closeAll := func() {
@@ -146,6 +146,20 @@ func (a *agent) wait(rp *rankProc, rio *rankIO) {
 		msg = readErrorFile(rp.errFile)
 	}
 	a.exited(rp, code, sig, msg)
+}
+
+// rankDir is the Dir for a rank's exec.Cmd: "" (inherit) when dir is where
+// the agent already is, because os/exec adds PWD to the environment of a
+// command given a Dir, and a rank should see exactly the environment torchrun
+// would give it.
+func rankDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	if wd, err := os.Getwd(); err == nil && filepath.Clean(wd) == filepath.Clean(dir) {
+		return ""
+	}
+	return dir
 }
 
 // exited reports a rank's end and marks it done.

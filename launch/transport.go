@@ -53,7 +53,8 @@ func NewLocal() (*Local, error) {
 func (l *Local) Start(ctx context.Context, host PlanHost, spec *proto.Spec) (AgentConn, error) {
 	cmd := exec.Command(l.Exe, l.Args...)
 	cmd.SysProcAttr = agentAttr()
-	cmd.Dir = spec.Dir
+	// No cmd.Dir: the agent starts the ranks in spec.Dir itself, and a Dir
+	// here would add PWD to the environment every rank inherits.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -109,6 +109,7 @@ output and status, and tears the whole job down when any rank fails.`,
 	root.AddCommand(
 		NewCmdRun(ios, sig, nil),
 		NewCmdAgent(ios),
+		NewCmdHosts(ios, nil),
 		newCmdNotYet("plan", "Preview 3D-parallel layouts for a model on a cluster", 7),
 		newCmdNotYet("resume", "Restart a job from its last good checkpoint", 5),
 		NewCmdVersion(ios),

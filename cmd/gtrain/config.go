@@ -105,8 +105,8 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 		if notConfigurable[name] {
 			return &launch.UsageError{Err: fmt.Errorf("config: %s: key %q: --%s can only be given on the command line", path, k, name)}
 		}
-		if cmd.Flags().Lookup(name) == nil && cmd.Root().PersistentFlags().Lookup(name) == nil {
-			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain %s, e.g. nproc-per-node)", path, k, cmd.Name())}
+		if !anyCommandHasFlag(cmd.Root(), name) {
+			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain's commands, e.g. nproc-per-node)", path, k)}
 		}
 	}
 	return nil
@@ -163,4 +163,18 @@ func typeName(t string) string {
 		return "true or false"
 	}
 	return "a " + t
+}
+
+// anyCommandHasFlag reports whether some command of the tree has the flag:
+// one config file serves every command, each taking the keys it knows.
+func anyCommandHasFlag(c *cobra.Command, name string) bool {
+	if c.Flags().Lookup(name) != nil || c.PersistentFlags().Lookup(name) != nil {
+		return true
+	}
+	for _, sub := range c.Commands() {
+		if anyCommandHasFlag(sub, name) {
+			return true
+		}
+	}
+	return false
 }

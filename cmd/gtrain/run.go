@@ -36,6 +36,9 @@ type RunOptions struct {
 	EnvFile      string
 	Chdir        string
 	SSH          launch.SSHConfig
+	RdzvBind     string
+	RdzvHost     string
+	JoinTimeout  time.Duration
 	Output       string // text or json
 	Table        string // auto, always, never
 	DryRun       bool
@@ -89,13 +92,10 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringArrayVar(&opts.Env, "env", nil, "set KEY=VALUE in every rank's environment (repeatable)")
 	f.StringVar(&opts.EnvFile, "env-file", "", "read KEY=VALUE lines for every rank's environment from a file")
 	f.StringVar(&opts.Chdir, "chdir", "", "working directory of the ranks on every host (default: this directory)")
-	f.StringVar(&opts.SSH.User, "ssh-user", "", "SSH login user when the hostfile and ~/.ssh/config name none (default: you)")
-	f.StringArrayVar(&opts.SSH.Identities, "identity", nil, "SSH identity file, tried before ~/.ssh/config's and ~/.ssh/id_* (repeatable)")
-	f.StringArrayVar(&opts.SSH.KnownHosts, "ssh-known-hosts", nil, "known_hosts file (default ~/.ssh/known_hosts; repeatable)")
-	f.BoolVar(&opts.SSH.AcceptNew, "ssh-accept-new", false, "trust the key of a host not yet in known_hosts and remember it (never a changed key)")
-	f.StringVar(&opts.SSH.ConfigFile, "ssh-config", "", "ssh_config file (default ~/.ssh/config; \"none\" to ignore)")
-	f.DurationVar(&opts.SSH.ConnectTimeout, "ssh-timeout", 10*time.Second, "connect and handshake timeout per host")
-	f.StringVar(&opts.SSH.RemoteGtrain, "remote-gtrain", "", "gtrain's path on the hosts (default: copy this binary to ~/.cache/gtrain there)")
+	addSSHFlags(f, &opts.SSH)
+	f.StringVar(&opts.RdzvBind, "rdzv-bind", "", "address the rendezvous server listens on (default 127.0.0.1:0 on this machine alone, else :0)")
+	f.StringVar(&opts.RdzvHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
+	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
@@ -209,7 +209,8 @@ func execute(ctx context.Context, o *RunOptions, plan *launch.Plan) error {
 		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
 	}}
 	tr := &launch.Mux{Local: local, Remote: remote}
-	err = launch.Run(ctx, plan, launch.Runtime{Transport: tr, View: view, LogDir: o.LogDir, Abort: o.Signals.abort})
+	err = launch.Run(ctx, plan, launch.Runtime{Transport: tr, View: view, LogDir: o.LogDir, Abort: o.Signals.abort,
+		JoinTimeout: o.JoinTimeout, RendezvousBind: o.RdzvBind, RendezvousHost: o.RdzvHost})
 	code := ExitCode(err)
 	msg := "all ranks exited 0"
 	if err != nil {

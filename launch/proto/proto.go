@@ -85,6 +85,19 @@ type Spec struct {
 	// LauncherBeats promises a heartbeat command every heartbeat interval:
 	// an agent that hears nothing for several intervals stops its ranks.
 	LauncherBeats bool `json:"launcher_beats,omitempty"`
+	// Rendezvous is where the agent must join, authenticated, before it
+	// reports joined; nil for none.
+	Rendezvous *Rendezvous `json:"rendezvous,omitempty"`
+}
+
+// Rendezvous tells an agent how to reach the launcher's rendezvous server.
+type Rendezvous struct {
+	// Host is the server's address; "" means the launcher's address as this
+	// host sees it (the client address in SSH_CONNECTION), else 127.0.0.1.
+	Host   string `json:"host,omitempty"`
+	Port   int    `json:"port"`
+	Secret []byte `json:"secret"` // the per-job secret (base64 in JSON)
+	Name   string `json:"name"`   // this node's name in the round
 }
 
 // RankSpec is one rank to start.

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/launch"
+)
+
+// HostsCheckOptions are the inputs of `gtrain hosts check`.
+type HostsCheckOptions struct {
+	IO       *IOStreams
+	Hostfile string
+	Filter   hostfiles.Filter
+	SSH      launch.SSHConfig
+	Output   string // text or json
+}
+
+// NewCmdHosts is `gtrain hosts`, whose one subcommand is `check`.
+func NewCmdHosts(ios *IOStreams, checkF func(context.Context, *HostsCheckOptions) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "hosts",
+		Short: "Check the hosts of a hostfile before running on them",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(NewCmdHostsCheck(ios, checkF))
+	return cmd
+}
+
+// NewCmdHostsCheck wires the flags of `gtrain hosts check` into
+// HostsCheckOptions; checkF (hostsCheckRun when nil) does the work.
+func NewCmdHostsCheck(ios *IOStreams, checkF func(context.Context, *HostsCheckOptions) error) *cobra.Command {
+	opts := &HostsCheckOptions{IO: ios}
+	if checkF == nil {
+		checkF = hostsCheckRun
+	}
+	cmd := &cobra.Command{
+		Use:   "check --hostfile FILE [flags]",
+		Short: "Check every host is ready: SSH, host key, gtrain, OS, CPUs, GPUs, master reachable",
+		Long: `Check, in parallel and each step within --ssh-timeout, that every host of the
+hostfile is ready for gtrain run: it accepts a TCP connection and an SSH login
+with a known host key; gtrain is there (or, with the same OS and architecture
+as this machine, will be copied on first run); and it reaches node 0 (the
+master) on node 0's SSH port. Reports OS/architecture, CPUs and GPUs
+(nvidia-smi -L). Hosts that are this machine are checked without SSH.
+Nothing is started or copied.
+
+Exits 0 when every host is ready, 1 when one is not. The SSH flags are those of
+gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
+		Example: `  gtrain hosts check --hostfile hosts.txt
+  gtrain hosts check --hostfile hosts.txt --exclude worker-3 --ssh-timeout 3s -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfig(cmd, ios.Getenv); err != nil {
+				return err
+			}
+			return checkF(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().SetNormalizeFunc(underscoreToDash)
+	f := cmd.Flags()
+	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile: `host slots=N` lines (DeepSpeed/Open MPI form)")
+	f.StringVarP(&opts.Filter.Include, "include", "i", "", "check only these hosts/slots, e.g. worker-0:0,2@worker-1")
+	f.StringVarP(&opts.Filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
+	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "check only the first N hosts of the hostfile")
+	f.IntVar(&opts.Filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
+	addSSHFlags(f, &opts.SSH)
+	f.StringVarP(&opts.Output, "output", "o", "text", "text (a table), or json")
+	return cmd
+}
+
+// addSSHFlags adds the SSH flags of gtrain run, with the same names and
+// defaults.
+func addSSHFlags(f *pflag.FlagSet, c *launch.SSHConfig) {
+	f.StringVar(&c.User, "ssh-user", "", "SSH login user when the hostfile and ~/.ssh/config name none (default: you)")
+	f.StringArrayVar(&c.Identities, "identity", nil, "SSH identity file, tried before ~/.ssh/config's and ~/.ssh/id_* (repeatable)")
+	f.StringArrayVar(&c.KnownHosts, "ssh-known-hosts", nil, "known_hosts file (default ~/.ssh/known_hosts; repeatable)")
+	f.BoolVar(&c.AcceptNew, "ssh-accept-new", false, "trust the key of a host not yet in known_hosts and remember it (never a changed key)")
+	f.StringVar(&c.ConfigFile, "ssh-config", "", "ssh_config file (default ~/.ssh/config; \"none\" to ignore)")
+	f.DurationVar(&c.ConnectTimeout, "ssh-timeout", 10*time.Second, "connect and handshake timeout per host (hosts check: each step)")
+	f.StringVar(&c.RemoteGtrain, "remote-gtrain", "", "gtrain's path on the hosts (default: this binary, copied by gtrain run to ~/.cache/gtrain there)")
+}
+
+// hostsCheckRun checks the hosts and prints the reports.
+func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
+	hosts, err := o.hosts()
+	if err != nil {
+		return err
+	}
+	// Hosts are checked in parallel and may warn alike (an unreadable
+	// identity): print each message once.
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	warn := func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[msg] {
+			seen[msg] = true
+			fmt.Fprintf(o.IO.Err, "gtrain: %s\n", msg)
+		}
+	}
+	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: warn}, Version: buildVersion()}
+	reports := hc.Check(ctx, hosts)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if o.Output == "json" {
+		err = printHostsJSON(o.IO.Out, reports)
+	} else {
+		err = printHostsTable(o.IO, reports)
+	}
+	if err != nil {
+		return err
+	}
+	if ready := countReady(reports); ready < len(reports) {
+		// The table (or JSON) has said which and why; keep the exit code only.
+		return &silentError{fmt.Errorf("hosts check: %d of %d hosts ready", ready, len(reports))}
+	}
+	return nil
+}
+
+// hosts validates the flags and returns the selected hosts of the hostfile.
+func (o *HostsCheckOptions) hosts() ([]launch.PlanHost, error) {
+	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
+	switch {
+	case o.Hostfile == "":
+		return nil, usage("hosts check: --hostfile is required")
+	case o.Output != "text" && o.Output != "json":
+		return nil, usage("hosts check: --output %q: want text or json", o.Output)
+	case o.SSH.ConnectTimeout <= 0:
+		return nil, usage("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
+	}
+	parsed, err := hostfiles.ParseFile(o.Hostfile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, &launch.UsageError{Err: err}
+		}
+		return nil, err
+	}
+	nodes, err := hostfiles.Select(parsed, o.Filter)
+	if err != nil {
+		return nil, &launch.UsageError{Err: err}
+	}
+	return launch.PlanHosts(nodes), nil
+}
+
+func countReady(reports []launch.HostReport) int {
+	n := 0
+	for _, r := range reports {
+		if r.OK {
+			n++
+		}
+	}
+	return n
+}
+
+// printHostsJSON writes {"hosts": [...]}.
+func printHostsJSON(w io.Writer, reports []launch.HostReport) error {
+	if reports == nil {
+		reports = []launch.HostReport{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Hosts []launch.HostReport `json:"hosts"`
+	}{reports})
+}
+
+var hostsHeaders = []string{"HOST", "REACH", "AUTH", "HOST KEY", "GTRAIN", "OS/ARCH", "CPUS", "GPUS", "MASTER"}
+
+// printHostsTable writes one row per host, each host's errors in full, and
+// "N of M hosts ready". A status is always a word ("ok", "FAIL: refused");
+// colour only repeats it, and not with NO_COLOR or when stdout is no terminal.
+func printHostsTable(ios *IOStreams, reports []launch.HostReport) error {
+	rows := make([][]string, len(reports))
+	for i, r := range reports {
+		rows[i] = hostRow(r)
+	}
+	r := lipgloss.NewRenderer(ios.Out)
+	cell := r.NewStyle().PaddingRight(2)
+	good, bad := cell, cell
+	if ios.Getenv == nil || ios.Getenv("NO_COLOR") == "" {
+		good, bad = cell.Foreground(lipgloss.Color("2")), cell.Foreground(lipgloss.Color("1")).Bold(true)
+	}
+	t := table.New().
+		Border(lipgloss.HiddenBorder()).
+		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
+		BorderHeader(false).BorderColumn(false).
+		Wrap(false).
+		Headers(hostsHeaders...).
+		Rows(rows...).
+		StyleFunc(func(row, col int) lipgloss.Style {
+			s := cell
+			switch {
+			case row == table.HeaderRow:
+				s = cell.Bold(true)
+			case strings.HasPrefix(rows[row][col], "FAIL"):
+				s = bad
+			case rows[row][col] == "ok":
+				s = good
+			}
+			return s
+		})
+	var b strings.Builder
+	for _, line := range strings.Split(t.Render(), "\n") {
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	for _, r := range reports {
+		if r.Error != "" {
+			fmt.Fprintf(&b, "%s: %s\n", r.Host, r.Error)
+		}
+	}
+	fmt.Fprintf(&b, "%d of %d hosts ready\n", countReady(reports), len(reports))
+	_, err := io.WriteString(ios.Out, b.String())
+	return err
+}
+
+// hostRow is the cells of one host.
+func hostRow(r launch.HostReport) []string {
+	host := r.Host
+	if r.Addr != "" && r.Addr != net.JoinHostPort(strings.Trim(r.Host, "[]"), "22") {
+		host += " (" + r.Addr + ")"
+	}
+	gtrain := checkCell(r.Gtrain)
+	if r.Gtrain.State == launch.CheckOK && r.GtrainVersion != "" {
+		gtrain = r.GtrainVersion
+	}
+	osArch, cpus := checkCell(r.System), "-"
+	if r.System.State == launch.CheckOK {
+		osArch, cpus = r.OSArch, strconv.Itoa(r.CPUs)
+	}
+	gpus := checkCell(r.GPU)
+	if r.GPU.State == launch.CheckOK {
+		gpus = strconv.Itoa(r.GPUs)
+		if r.GPU.Detail != "" {
+			gpus += " (" + r.GPU.Detail + ")"
+		}
+	}
+	return []string{host, checkCell(r.Reach), checkCell(r.Auth), checkCell(r.HostKey), gtrain, osArch, cpus, gpus, checkCell(r.Master)}
+}
+
+// checkCell is a check as a table cell: "ok" (or its note), "FAIL: reason", or
+// "-" when it did not run.
+func checkCell(c launch.CheckResult) string {
+	switch c.State {
+	case launch.CheckFailed:
+		return "FAIL: " + c.Detail
+	case launch.CheckSkipped:
+		if c.Detail != "" {
+			return "- (" + c.Detail + ")"
+		}
+		return "-"
+	}
+	if c.Detail != "" {
+		return c.Detail
+	}
+	return "ok"
+}

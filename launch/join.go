@@ -1,0 +1,85 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+	"github.com/gtrain/gtrain/rendezvous"
+)
+
+// rendezvousDialTimeout bounds an agent's connection to the rendezvous.
+const rendezvousDialTimeout = 10 * time.Second
+
+// errStopped means the launcher stopped the job while the agent waited.
+var errStopped = errors.New("stopped")
+
+// rendezvousAddr is the server's address as this host reaches it.
+func rendezvousAddr(r *proto.Rendezvous, sshConnection string) string {
+	host := r.Host
+	if host == "" {
+		// SSH_CONNECTION is "client_ip client_port server_ip server_port":
+		// the client is the launcher, as this host sees it.
+		if f := strings.Fields(sshConnection); len(f) == 4 {
+			host = f[0]
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(r.Port))
+}
+
+// join connects to the launcher's rendezvous and joins the membership round,
+// waiting (with heartbeats) until every node has joined. A stop from the
+// launcher while waiting ends it with errStopped.
+func (a *agent) join(ctx context.Context, cmds <-chan proto.Command, facts *proto.HostFacts) error {
+	r := a.spec.Rendezvous
+	addr := rendezvousAddr(r, os.Getenv("SSH_CONNECTION"))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, rendezvousDialTimeout)
+	c, err := rendezvous.Dial(dctx, addr, r.Secret)
+	dcancel()
+	if err != nil {
+		return fmt.Errorf("agent: cannot reach the launcher's rendezvous at %s from %s: %w (is a firewall in the way? --rdzv-host sets the address hosts dial)", addr, facts.Hostname, err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Join(ctx, r.Name, rendezvous.Facts{Hostname: facts.Hostname, OS: facts.OS, Arch: facts.Arch, CPUs: facts.CPUs, MasterPort: facts.FreePort})
+		done <- err
+	}()
+	return a.waitJoin(ctx, cmds, done)
+}
+
+// waitJoin waits for the round to close, answering launcher commands.
+func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-chan error) error {
+	beat := time.NewTicker(max(a.spec.Heartbeat(), 100*time.Millisecond))
+	defer beat.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("agent: join rendezvous: %w", err)
+			}
+			return nil
+		case <-ctx.Done():
+			return errStopped
+		case <-beat.C:
+			if a.spec.Heartbeat() > 0 {
+				a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			}
+		case c := <-cmds:
+			a.heard = time.Now()
+			if c.Type == proto.CommandStop || c.Type == proto.CommandKill {
+				return errStopped
+			}
+		}
+	}
+}
