@@ -285,3 +285,29 @@ func TestMultiHostRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiHostProxyJump: a host reached only through another, via
+// ~/.ssh/config's ProxyJump; its sshd sees the connection come from the jump
+// host. The rendezvous address must then be given (--rdzv-host): the jump
+// host is not where the launcher listens.
+func TestMultiHostProxyJump(t *testing.T) {
+	c := netns.New(t, 2)
+	conf := filepath.Join(t.TempDir(), "ssh_config")
+	body := "Host far\n  HostName " + c.Hosts[1].IP + "\n  ProxyJump root@" + c.Hosts[0].IP + "\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostfile := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hostfile, []byte("far slots=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run", "--hostfile", hostfile, "--table", "never"}, sshArgs(c)...)
+	args = append(args, "--ssh-config", conf, "--rdzv-host", c.LauncherIP, "--", "sh", "-c", "echo on $(hostname)")
+	code, out, stderr := runGtrain(t, 60*time.Second, args...)
+	if code != 0 || !strings.Contains(out, "on "+c.Hosts[1].Name) {
+		t.Fatalf("exit %d, stdout %q, want the rank on %s\n%s", code, out, c.Hosts[1].Name, stderr)
+	}
+	if log := c.SSHDLog(1); !strings.Contains(log, "from "+c.Hosts[0].IP) {
+		t.Errorf("%s's sshd did not see a connection from the jump host %s:\n%s", c.Hosts[1].Name, c.Hosts[0].IP, log)
+	}
+}

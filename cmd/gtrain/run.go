@@ -87,7 +87,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
 	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
 	f.DurationVar(&opts.Grace, "grace-period", 30*time.Second, "time between SIGTERM and SIGKILL at teardown")
-	f.DurationVar(&opts.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
+	f.DurationVar(&opts.Heartbeat, "heartbeat", 5*time.Second, "heartbeat between launcher and agents; 5 missed (at least 3s) = host lost")
 	f.StringVar(&opts.LogDir, "log-dir", "", "write each rank's output to DIR/<rdzv-id>/attempt-N/rank-R.log")
 	f.StringArrayVar(&opts.Env, "env", nil, "set KEY=VALUE in every rank's environment (repeatable)")
 	f.StringVar(&opts.EnvFile, "env-file", "", "read KEY=VALUE lines for every rank's environment from a file")
@@ -99,7 +99,6 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
-	_ = f.MarkHidden("heartbeat")
 	return cmd
 }
 

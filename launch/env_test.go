@@ -1,0 +1,54 @@
+package launch
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestReadEnvFile(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string
+		wantErr    string
+	}{
+		{"forms", "# comment\n\nA=1\nexport B=two words\nC=\"quoted\"\nD='single'\nE=\nF=a=b\n",
+			[]string{"A=1", "B=two words", "C=quoted", "D=single", "E=", "F=a=b"}, ""},
+		{"no equals", "A=1\nJUNK\n", nil, "env:2: want KEY=VALUE"},
+		{"space in key", "MY VAR=1\n", nil, "env:1:"},
+		{"empty key", "=1\n", nil, "env:1:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "env")
+			if err := os.WriteFile(path, []byte(tt.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadEnvFile(path)
+			if tt.wantErr != "" {
+				var ue *UsageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a usage error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ReadEnvFile = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := ReadEnvFile(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "--env-file") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestForwardEnv(t *testing.T) {
+	in := []string{"NCCL_DEBUG=INFO", "PATH=/bin", "PYTHONPATH=/x", "HOME=/root", "CUDA_HOME=/c", "MY_NCCL=1", "GTRAIN_X=1", "TORCH_HOME=/t"}
+	want := []string{"NCCL_DEBUG=INFO", "PYTHONPATH=/x", "CUDA_HOME=/c", "GTRAIN_X=1", "TORCH_HOME=/t"}
+	if got := ForwardEnv(in); !reflect.DeepEqual(got, want) {
+		t.Errorf("ForwardEnv = %q, want %q", got, want)
+	}
+}
