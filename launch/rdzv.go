@@ -1,0 +1,88 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/gtrain/gtrain/launch/proto"
+	"github.com/gtrain/gtrain/rendezvous"
+)
+
+// The launcher's side of the rendezvous: one server per attempt, which every
+// agent must authenticate to and join before any rank starts.
+
+// listenRendezvous starts this attempt's rendezvous server, with a fresh
+// secret, expecting every host by name; its log lines become notices.
+func (a *attempt) listenRendezvous(ctx context.Context) (*rendezvous.Server, error) {
+	secret, err := rendezvous.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	bind := a.rt.RendezvousBind
+	if bind == "" {
+		bind = ":0"
+		if a.p.allLocal() {
+			bind = "127.0.0.1:0"
+		}
+	}
+	names := make([]string, len(a.p.Hosts))
+	for i, h := range a.p.Hosts {
+		names[i] = h.Name
+	}
+	srv, err := rendezvous.Listen(rendezvous.Config{Addr: bind, Secret: secret, Nodes: names, Log: a.rdzvLog})
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("launch: rendezvous: listen on %s: %w (choose another with --rdzv-bind)", bind, err)}
+	}
+	go func() { _ = srv.Serve(ctx) }()
+	a.secret = secret
+	a.rdzvPort = srv.Addr().(*net.TCPAddr).Port
+	a.rdzvBind = bind
+	return srv, nil
+}
+
+// joinBackstop is how long the launcher waits for every joined event. With a
+// rendezvous, its round times out first and names exactly who is missing.
+func joinBackstop(rt Runtime) time.Duration {
+	if rt.NoRendezvous {
+		return rt.JoinTimeout
+	}
+	return rt.JoinTimeout + 5*time.Second
+}
+
+// waitRound reports a membership round that does not close in time; its
+// error names the hosts that never joined.
+func (a *attempt) waitRound(ctx context.Context, srv *rendezvous.Server) {
+	wctx, cancel := context.WithTimeout(ctx, a.rt.JoinTimeout)
+	defer cancel()
+	if _, err := srv.WaitRound(wctx); err != nil && ctx.Err() == nil {
+		a.roundErr <- err
+	}
+}
+
+// rdzvLog passes the server's refusals on to the event loop (it runs on the
+// server's goroutines; views are fed from the loop only).
+func (a *attempt) rdzvLog(line string) {
+	if !strings.Contains(line, "refus") && !strings.Contains(line, "reject") {
+		return // joins and the round closing are routine
+	}
+	select {
+	case a.rdzvMsgs <- line:
+	default:
+	}
+}
+
+// rendezvousFor is the rendezvous part of host h's spec.
+func (a *attempt) rendezvousFor(h PlanHost) *proto.Rendezvous {
+	r := &proto.Rendezvous{Port: a.rdzvPort, Secret: a.secret, Name: h.Name, Host: a.rt.RendezvousHost}
+	if h.Local {
+		// Never SSH_CONNECTION here: gtrain itself may run in an SSH login.
+		r.Host = "127.0.0.1"
+		if host, _, err := net.SplitHostPort(a.rdzvBind); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
+			r.Host = host
+		}
+	}
+	return r
+}
