@@ -48,7 +48,7 @@ func TestRendezvousRefusals(t *testing.T) {
 		want []string
 	}{
 		{"wrong secret", func(s *proto.Spec) { s.Rendezvous.Secret = []byte(strings.Repeat("x", 32)) },
-			[]string{"127.0.0.1", "authentication failed"}},
+			[]string{"127.0.0.1", "authentication failed", "rendezvous: refused"}},
 		{"never joins", func(s *proto.Spec) { s.Rendezvous = nil },
 			[]string{"missing 127.0.0.1"}},
 		{"unknown name", func(s *proto.Spec) { s.Rendezvous.Name = "intruder" },

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -178,8 +179,8 @@ func TestMultiHostRankFailure(t *testing.T) {
 func startLong(t *testing.T, c *netns.Cluster, dir string, extra ...string) (*exec.Cmd, []int, chan error) {
 	t.Helper()
 	cmd := exec.Command(gtrainBin(t), runArgs(c, 2, append([]string{"--env", "OUT=" + dir}, extra...), "sh", "-c", longRank)...)
-	var errb strings.Builder
-	cmd.Stderr = &errb
+	errb := &lockedBuffer{}
+	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +201,24 @@ func startLong(t *testing.T, c *netns.Cluster, dir string, extra ...string) (*ex
 			t.Fatalf("ranks did not start within 60s\n%s", errb.String())
 		}
 	}
+}
+
+// lockedBuffer is a strings.Builder safe to read while a process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestMultiHostLauncherKilled: SIGKILL of gtrain leaves no process of the job
@@ -240,13 +259,16 @@ func TestMultiHostConcurrentJobs(t *testing.T) {
 func TestMultiHostDroppedHost(t *testing.T) {
 	c := netns.New(t, 2)
 	cmd, pids, done := startLong(t, c, t.TempDir())
-	_ = cmd
 	c.Cut(1)
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != ExitFailure {
 			t.Errorf("gtrain ended with %v, want exit code %d (agent lost)", err, ExitFailure)
+		}
+		stderr := cmd.Stderr.(*lockedBuffer).String()
+		if want := "agent on " + c.Hosts[1].IP + " (node 1) lost"; !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("a dropped host was not detected within 60s")
