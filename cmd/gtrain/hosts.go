@@ -75,7 +75,7 @@ gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
 	}
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
-	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile: `host slots=N` lines (DeepSpeed/Open MPI form)")
+	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
 	f.StringVarP(&opts.Filter.Include, "include", "i", "", "check only these hosts/slots, e.g. worker-0:0,2@worker-1")
 	f.StringVarP(&opts.Filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
 	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "check only the first N hosts of the hostfile")
