@@ -1,0 +1,15 @@
+//go:build !linux
+
+package comm
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+// NewSHM reports that shared-memory links need Linux; Connect falls back
+// to TCP only when told to (BootstrapConfig.NoSHM).
+func NewSHM(ctx context.Context, cfg SHMConfig) (Transport, error) {
+	return nil, fmt.Errorf("comm: shm: not supported on %s (set NoSHM to use TCP)", runtime.GOOS)
+}
