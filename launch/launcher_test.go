@@ -42,7 +42,13 @@ type fakeConn struct {
 	once   sync.Once
 }
 
+// Recv drains events already sent before reporting the end, as a pipe would.
 func (c *fakeConn) Recv() (proto.Event, error) {
+	select {
+	case ev := <-c.events:
+		return ev, nil
+	default:
+	}
 	select {
 	case ev := <-c.events:
 		return ev, nil
@@ -51,10 +57,17 @@ func (c *fakeConn) Recv() (proto.Event, error) {
 	}
 }
 
-func (c *fakeConn) Send(cmd proto.Command) error { c.cmds <- cmd; return nil }
-func (c *fakeConn) Kill() error                  { c.once.Do(func() { close(c.gone) }); return nil }
-func (c *fakeConn) Close() error                 { return c.Kill() }
-func (c *fakeConn) Stderr() string               { return "" }
+// Send queues commands for the test, except the launcher's heartbeats, which
+// these fake agents do not model.
+func (c *fakeConn) Send(cmd proto.Command) error {
+	if cmd.Type != proto.CommandHeartbeat {
+		c.cmds <- cmd
+	}
+	return nil
+}
+func (c *fakeConn) Kill() error    { c.once.Do(func() { close(c.gone) }); return nil }
+func (c *fakeConn) Close() error   { return c.Kill() }
+func (c *fakeConn) Stderr() string { return "" }
 
 func (c *fakeConn) send(typ string, rank, code int) {
 	c.events <- proto.Event{V: proto.Version, Type: typ, Host: c.host, Node: c.node, Rank: rank, Code: code}
