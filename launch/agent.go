@@ -125,12 +125,8 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 // and keeps the environment it carries for the ranks. It reports false when
 // the launcher said stop (or went away) instead.
 func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool {
-	var beat <-chan time.Time
-	if d := a.spec.Heartbeat(); d > 0 {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		beat = t.C
-	}
+	beat, stopBeat := a.heartbeat()
+	defer stopBeat()
 	for {
 		select {
 		case <-ctx.Done():
@@ -153,14 +149,20 @@ func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool 
 	}
 }
 
+// heartbeat ticks every heartbeat interval, or never when the spec has none.
+func (a *agent) heartbeat() (<-chan time.Time, func()) {
+	d := a.spec.Heartbeat()
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
 // supervise waits for every rank to end, tearing them down when told to.
 func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-chan struct{}) {
-	var beat <-chan time.Time
-	if d := a.spec.Heartbeat(); d > 0 {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		beat = t.C
-	}
+	beat, stopBeat := a.heartbeat()
+	defer stopBeat()
 	var kill <-chan time.Time
 	sigs := ctx.Done()
 	for {

@@ -283,7 +283,7 @@ func (hc *HostCheck) findGtrain(ctx context.Context, p *hostProbe) (gtrainFound,
 		if err != nil {
 			return gtrainFound{}, fmt.Errorf("find gtrain executable: %w", err)
 		}
-		expr = `"$HOME/.cache/gtrain/gtrain-` + hash[:16] + `"`
+		expr = cachedGtrain(hash)
 	}
 	script := `b=` + expr + `; case $b in */*) [ -f "$b" ] && [ -x "$b" ];; *) command -v "$b" >/dev/null 2>&1;; esac || { echo "absent $b"; exit 0; }; ` +
 		`echo "found $b"; ` + hc.withTimeout(`"$b" version`)

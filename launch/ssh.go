@@ -296,15 +296,15 @@ func (s *SSH) remoteGtrain(c *ssh.Client, t sshTarget) (string, error) {
 	if want := unameFor(runtime.GOOS, runtime.GOARCH); strings.TrimSpace(uname) != want {
 		return "", &HostError{Host: t.Alias, Op: "copy gtrain", Err: fmt.Errorf("host is %q, this gtrain is built for %q: install a matching gtrain there and pass --remote-gtrain", strings.TrimSpace(uname), want)}
 	}
-	dir := `"$HOME/.cache/gtrain"`
-	path := `"$HOME/.cache/gtrain/gtrain-` + hash[:16] + `"`
+	dir := `"$HOME/` + remoteCacheDir + `"`
+	path := cachedGtrain(hash)
 	out, err := run(c, "test -x "+path+" && echo present; echo $HOME", nil)
 	if err != nil {
 		return "", &HostError{Host: t.Alias, Op: "look for gtrain", Err: err}
 	}
 	lines := strings.Fields(out)
 	home := lines[len(lines)-1]
-	final := home + "/.cache/gtrain/gtrain-" + hash[:16]
+	final := home + "/" + remoteCacheDir + "/" + cachedName(hash)
 	if strings.HasPrefix(out, "present") {
 		return final, nil
 	}
@@ -319,6 +319,18 @@ func (s *SSH) remoteGtrain(c *ssh.Client, t sshTarget) (string, error) {
 		return "", &HostError{Host: t.Alias, Op: "copy gtrain", Err: err}
 	}
 	return final, nil
+}
+
+// remoteCacheDir is where, under the remote user's home, gtrain copies
+// itself; each binary is named by its content hash (cachedName).
+const remoteCacheDir = ".cache/gtrain"
+
+func cachedName(hash string) string { return "gtrain-" + hash[:16] }
+
+// cachedGtrain is the shell expression (double-quoted, $HOME expanded by the
+// remote shell) for this binary's place in the remote cache.
+func cachedGtrain(hash string) string {
+	return `"$HOME/` + remoteCacheDir + "/" + cachedName(hash) + `"`
 }
 
 // unameFor is what `uname -sm` prints on the platform Go calls goos/goarch.
