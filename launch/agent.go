@@ -55,6 +55,7 @@ type agent struct {
 	tmpdir string
 
 	startEnv []string  // from the start command, for every rank
+	storeEnv []string  // GTRAIN_STORE_*: how ranks reach the rendezvous store
 	heard    time.Time // when the launcher last sent anything
 	stopped  bool      // a teardown has begun
 
@@ -92,15 +93,16 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	if err := becomeSubreaper(); err != nil {
 		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: cannot become child subreaper: " + err.Error()})
 	}
-	if a.spec.ErrorFiles {
+	if a.spec.ErrorFiles || a.spec.Rendezvous != nil {
 		dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.spec.RunID)+"-")
 		if err != nil {
-			a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: error files: " + err.Error()})
+			a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: temporary directory for error files and the store secret: " + err.Error()})
 		} else {
 			a.tmpdir = dir
 			defer os.RemoveAll(dir)
 		}
 	}
+	a.storeEnv = a.rankStoreEnv()
 	if a.spec.WaitStart && !a.awaitStart(ctx, cmds) {
 		a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -81,5 +82,33 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 				return errStopped
 			}
 		}
+	}
+}
+
+// Ranks reach the job's rendezvous key-value store (the built-in engine's
+// communicators bootstrap through it) at the address their agent used, and
+// authenticate with the job secret from a file only this user can read: a
+// secret in the environment would show up in every environment dump.
+const (
+	EnvStoreAddr       = "GTRAIN_STORE_ADDR"
+	EnvStoreSecretFile = "GTRAIN_STORE_SECRET_FILE"
+)
+
+// rankStoreEnv writes the secret file into the agent's temporary directory
+// and returns the ranks' GTRAIN_STORE_* variables; none without a
+// rendezvous or a directory to put the secret in.
+func (a *agent) rankStoreEnv() []string {
+	r := a.spec.Rendezvous
+	if r == nil || a.tmpdir == "" {
+		return nil
+	}
+	file := filepath.Join(a.tmpdir, "store.secret")
+	if err := os.WriteFile(file, r.Secret, 0o600); err != nil {
+		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: write the store secret for the ranks: " + err.Error()})
+		return nil
+	}
+	return []string{
+		EnvStoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
+		EnvStoreSecretFile + "=" + file,
 	}
 }

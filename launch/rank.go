@@ -70,15 +70,15 @@ type rankIO struct {
 // spawn starts the rank's process with its pipes and environment.
 func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	rs := rp.spec
-	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env, a.startEnv)
-	if a.tmpdir != "" {
+	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env, a.startEnv, a.storeEnv)
+	if a.tmpdir != "" && a.spec.ErrorFiles {
 		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.spec.Attempt), "rank-"+strconv.Itoa(rs.Rank))
 		if err := os.MkdirAll(dir, 0o700); err == nil {
 			rp.errFile = filepath.Join(dir, "error.json")
 			env = mergeEnv(env, []string{"TORCHELASTIC_ERROR_FILE=" + rp.errFile})
 		}
 	}
-	cmd := exec.Command(a.spec.Command[0], a.spec.Command[1:]...)
+	cmd := exec.Command(rankProgram(a.spec.Command[0]), a.spec.Command[1:]...)
 	cmd.Dir = rankDir(a.spec.Dir)
 	cmd.SysProcAttr = rankAttr()
 	var parentEnds, childEnds []*os.File
@@ -303,4 +303,17 @@ func withoutVars(env, names []string) []string {
 		}
 	}
 	return out
+}
+
+// rankProgram resolves a rank command's program. "gtrain" is this agent's
+// own executable, so `gtrain run -- gtrain bench collectives` runs the same
+// gtrain on every host (the copy the launcher put there), whatever is on
+// the host's PATH; ranks of one job must never mix versions.
+func rankProgram(name string) string {
+	if name == "gtrain" {
+		if exe, err := os.Executable(); err == nil {
+			return exe
+		}
+	}
+	return name
 }

@@ -288,3 +288,8 @@ func (c *Client) readMessage() (*message, error) {
 	}
 	return m, nil
 }
+
+// LocalAddr is this end's address of the connection: the interface this
+// host reaches the server through, which is usually the one its peers
+// reach it through too.
+func (c *Client) LocalAddr() net.Addr { return c.nc.LocalAddr() }

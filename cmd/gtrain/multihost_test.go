@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,4 +333,52 @@ func TestMultiHostProxyJump(t *testing.T) {
 	if log := c.SSHDLog(1); !strings.Contains(log, "from "+c.Hosts[0].IP) {
 		t.Errorf("%s's sshd did not see a connection from the jump host %s:\n%s", c.Hosts[1].Name, c.Hosts[0].IP, log)
 	}
+}
+
+// TestMultiHostBenchCollectives: `gtrain bench collectives` on 2 hosts × 2
+// slots. Its ranks bootstrap through the launcher's rendezvous store and
+// link over shared memory within a host and authenticated TCP between the
+// hosts; every collective must check clean.
+func TestMultiHostBenchCollectives(t *testing.T) {
+	c := netns.New(t, 2)
+	args := append([]string{"bench", "collectives", "--hostfile", c.Hostfile(2)}, sshArgs(c)...)
+	args = append(args, "--collectives", "all", "--min-bytes", "1K", "--max-bytes", "1M", "--step-factor", "32", "--iters", "3", "--output", "json")
+	code, stdout, stderr := runGtrain(t, 90*time.Second, args...)
+	if code != 0 {
+		t.Fatalf("gtrain exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var rep struct {
+		WorldSize int      `json:"world_size"`
+		Hosts     []string `json:"hosts"`
+		Results   []struct {
+			Collective string `json:"collective"`
+			SizeBytes  int64  `json:"size_bytes"`
+			Out        *benchTiming `json:"out_of_place"`
+			In         *benchTiming `json:"in_place"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout)
+	}
+	if rep.WorldSize != 4 || len(rep.Hosts) != 4 || rep.Hosts[0] != rep.Hosts[1] || rep.Hosts[1] == rep.Hosts[2] {
+		t.Fatalf("world %d on hosts %q: want 4 ranks, two per host", rep.WorldSize, rep.Hosts)
+	}
+	if len(rep.Results) != 6*3 { // 1K, 32K, 1M
+		t.Fatalf("%d results, want 18:\n%s", len(rep.Results), stdout)
+	}
+	for _, r := range rep.Results {
+		if r.In == nil && r.Out == nil {
+			t.Errorf("%s at %d bytes: no figures", r.Collective, r.SizeBytes)
+		}
+		for _, v := range []*benchTiming{r.In, r.Out} {
+			if v != nil && (v.Wrong != 0 || v.BusBW <= 0) {
+				t.Errorf("%s at %d bytes: %d wrong elements, busbw %v", r.Collective, r.SizeBytes, v.Wrong, v.BusBW)
+			}
+		}
+	}
+}
+
+type benchTiming struct {
+	Wrong int64   `json:"wrong"`
+	BusBW float64 `json:"busbw_gbps"`
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/launch"
@@ -76,6 +77,17 @@ Flags come before the command; everything from the command on is passed to it.`,
 	// torchrun spells its flags with underscores; accept both spellings.
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
+	addLaunchFlags(f, opts)
+	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
+	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
+	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
+	return cmd
+}
+
+// addLaunchFlags adds the flags that say where and how ranks run: shared
+// by run and by the commands that launch their own ranks (bench).
+func addLaunchFlags(f *pflag.FlagSet, opts *RunOptions) {
 	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
 	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
 	f.StringVarP(&opts.Filter.Include, "include", "i", "", "use only these hosts/slots, e.g. worker-0:0,2@worker-1")
@@ -85,7 +97,6 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
-	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
 	f.DurationVar(&opts.Grace, "grace-period", 30*time.Second, "time between SIGTERM and SIGKILL at teardown")
 	f.DurationVar(&opts.Heartbeat, "heartbeat", 5*time.Second, "heartbeat between launcher and agents; 5 missed (at least 3s) = host lost")
 	f.StringVar(&opts.LogDir, "log-dir", "", "write each rank's output to DIR/<rdzv-id>/attempt-N/rank-R.log")
@@ -96,10 +107,6 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVar(&opts.RdzvBind, "rdzv-bind", "", "address the rendezvous server listens on (default 127.0.0.1:0 on this machine alone, else :0)")
 	f.StringVar(&opts.RdzvHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
 	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
-	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
-	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
-	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
-	return cmd
 }
 
 // runRun resolves the job and runs (or, with --dry-run, prints) it.
@@ -107,37 +114,42 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	nodes, fromFile, err := o.nodes()
-	if err != nil {
-		return err
-	}
-	env := o.Env
-	if o.EnvFile != "" {
-		fileEnv, err := launch.ReadEnvFile(o.EnvFile)
-		if err != nil {
-			return err
-		}
-		env = append(fileEnv, env...) // --env wins over the file
-	}
-	dir := o.Chdir
-	if dir == "" {
-		if dir, err = os.Getwd(); err != nil {
-			return fmt.Errorf("run: %w", err)
-		}
-	}
-	plan, err := launch.NewPlan(launch.Options{
-		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
-		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
-		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
-		Dir: dir, Env: env, Forward: launch.ForwardEnv(os.Environ()), Getenv: o.IO.Getenv,
-	})
+	plan, err := o.plan()
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
 		return printPlan(o.IO.Out, plan, o.Output)
 	}
-	return execute(ctx, o, plan)
+	return execute(ctx, o, plan, o.view(plan))
+}
+
+// plan resolves hosts, environment and directory into the job's plan.
+func (o *RunOptions) plan() (*launch.Plan, error) {
+	nodes, fromFile, err := o.nodes()
+	if err != nil {
+		return nil, err
+	}
+	env := o.Env
+	if o.EnvFile != "" {
+		fileEnv, err := launch.ReadEnvFile(o.EnvFile)
+		if err != nil {
+			return nil, err
+		}
+		env = append(fileEnv, env...) // --env wins over the file
+	}
+	dir := o.Chdir
+	if dir == "" {
+		if dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
+	return launch.NewPlan(launch.Options{
+		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
+		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
+		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
+		Dir: dir, Env: env, Forward: launch.ForwardEnv(os.Environ()), Getenv: o.IO.Getenv,
+	})
 }
 
 // check validates flag values that need no I/O.
@@ -192,13 +204,12 @@ func (o *RunOptions) nodes() ([]hostfiles.Node, bool, error) {
 	return nodes, true, nil
 }
 
-// execute runs the plan with the views the options ask for.
-func execute(ctx context.Context, o *RunOptions, plan *launch.Plan) error {
+// execute runs the plan, showing it in view.
+func execute(ctx context.Context, o *RunOptions, plan *launch.Plan, view status.View) error {
 	local, err := launch.NewLocal()
 	if err != nil {
 		return err
 	}
-	view := o.view(plan)
 	// Hosts are dialled in parallel, before the event loop runs: serialise
 	// their messages, since a view takes events from one goroutine at a time.
 	var mu sync.Mutex

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -89,7 +90,7 @@ func Connect(ctx context.Context, cfg BootstrapConfig) (Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &routedTransport{rank: cfg.Rank, route: make([]Transport, cfg.Size)}
+	r := &routedTransport{rank: cfg.Rank, route: make([]Transport, cfg.Size), hosts: hosts}
 	sameHost := func(p int) bool { return !cfg.NoSHM && hosts[p] == hosts[cfg.Rank] }
 	local, remote := 0, 0
 	for p := range cfg.Size {
@@ -230,6 +231,7 @@ var _ GroupTransport = (*routedTransport)(nil)
 type routedTransport struct {
 	rank     int
 	route    []Transport // per peer; nil for this rank
+	hosts    []string    // host id of every rank
 	tcp, shm Transport
 	once     sync.Once
 	err      error
@@ -260,6 +262,20 @@ func (r *routedTransport) Close() error {
 		r.err = errors.Join(errs...)
 	})
 	return r.err
+}
+
+// HostNames returns the host name of every rank when tr came from Connect
+// (the hostname part of each rank's host id), for Options.Hosts; else nil.
+func HostNames(tr Transport) []string {
+	r, ok := tr.(*routedTransport)
+	if !ok {
+		return nil
+	}
+	names := make([]string, len(r.hosts))
+	for i, id := range r.hosts {
+		names[i], _, _ = strings.Cut(id, "#")
+	}
+	return names
 }
 
 // kind names the transport that reaches peer, for logs and tests.

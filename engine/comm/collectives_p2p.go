@@ -26,10 +26,21 @@ func (c *Communicator) Recv(ctx context.Context, buf Buffer, peer int) error {
 
 // SendRecv sends send to the rank to while it receives recv from the rank
 // from, both at once: a pipeline stage's exchange with its neighbours, or
-// a ring shift, without deadlock. to and from may be the same rank.
+// a ring shift, without deadlock. to and from may be the same rank; when
+// both are this rank, send is copied to recv (a ring shift of one rank).
 func (c *Communicator) SendRecv(ctx context.Context, send Buffer, to int, recv Buffer, from int) error {
 	m := p2p{send: send, to: to, sending: true, recv: recv, from: from, receiving: true}
 	return c.do(func() error { return c.sendRecv(ctx, m) })
+}
+
+// selfSendRecv is a SendRecv from this rank to itself: a copy.
+func (c *Communicator) selfSendRecv(ctx context.Context, m p2p) error {
+	verr := errors.Join(checkDType(m.send), checkSame(m.send, m.recv), checkLen("recv", m.recv, m.send.Len()), checkBlock(m.send, m.recv, m.send))
+	cl := call{name: "send_recv", kind: kSend, root: -1, dt: m.send.dt, count: m.send.Len()}
+	return c.run(ctx, cl, verr, func(*opState) error {
+		copyInto(m.recv, m.send)
+		return nil
+	})
 }
 
 // SendRecvAsync is SendRecv started in the background.
@@ -48,6 +59,9 @@ type p2p struct {
 // sendRecv runs m. The header of a send carries the per-peer sequence
 // number, which the receiver checks against its own count.
 func (c *Communicator) sendRecv(ctx context.Context, m p2p) error {
+	if m.sending && m.receiving && m.to == c.rank && m.from == c.rank {
+		return c.selfSendRecv(ctx, m)
+	}
 	cl := call{name: "send_recv", kind: kSend, root: -1}
 	var verr error
 	if m.sending {

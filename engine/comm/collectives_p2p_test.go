@@ -1,7 +1,9 @@
 package comm
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +64,33 @@ func TestSendRecvSamePeer(t *testing.T) {
 	}
 	for r := range 2 {
 		checkBits(t, fmt.Sprintf("rank %d", r), in[r].Bytes(), out[1-r].Bytes())
+	}
+}
+
+// TestSendRecvSelf: a SendRecv from a rank to itself copies, in a group of
+// one and of three; a length mismatch is an argument error.
+func TestSendRecvSelf(t *testing.T) {
+	for _, p := range []int{1, 3} {
+		comms := newWorld(t, p, Options{})
+		errs := onAll(p, func(r int) error {
+			send, recv := F32([]float32{float32(r), 2, 3}), NewBuffer(Float32, 3)
+			if err := comms[r].SendRecv(context.Background(), send, r, recv, r); err != nil {
+				return err
+			}
+			if got := recv.Float32s(); got[0] != float32(r) || got[2] != 3 {
+				return fmt.Errorf("got %v", got)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("p %d rank %d: %v", p, r, err)
+			}
+		}
+	}
+	c := newWorld(t, 1, Options{})[0]
+	err := c.SendRecv(context.Background(), NewBuffer(Float32, 3), 0, NewBuffer(Float32, 2), 0)
+	if err == nil || !strings.Contains(err.Error(), "recv has 2 elements, want 3") {
+		t.Fatalf("length mismatch: %v", err)
 	}
 }

@@ -139,3 +139,27 @@ func copyInto(dst, src Buffer) {
 		copy(dst.b, src.b)
 	}
 }
+
+// ParseDType reads a dtype as users spell it: float32 (float, f32),
+// bfloat16 (bf16) or float16 (half, f16).
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "float32", "float", "f32", "fp32":
+		return Float32, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
+	case "float16", "half", "f16", "fp16":
+		return Float16, nil
+	}
+	return 0, fmt.Errorf("unknown dtype %q (want float32, bfloat16 or float16)", s)
+}
+
+// ParseOp reads a reduce op: sum, avg, max or min.
+func ParseOp(s string) (Op, error) {
+	for _, o := range []Op{Sum, Avg, Max, Min} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reduce op %q (want sum, avg, max or min)", s)
+}

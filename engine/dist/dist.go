@@ -1,0 +1,159 @@
+// Package dist sets up the distributed state of a built-in engine rank: it
+// reads the rank's place in the job from the environment `gtrain run` gives
+// every rank, reaches the job's rendezvous store with the job's secret, and
+// bootstraps the world communicator through it (shared memory to the ranks
+// on this host, authenticated TCP to the others).
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/rendezvous"
+)
+
+// The variables Init reads besides the torchrun contract (RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE). The agent sets the store's; the others are
+// for users.
+const (
+	EnvStoreAddr       = "GTRAIN_STORE_ADDR"        // host:port of the rendezvous store
+	EnvStoreSecretFile = "GTRAIN_STORE_SECRET_FILE" // file holding the job secret
+	EnvCommAddr        = "GTRAIN_COMM_ADDR"         // address peers dial for TCP links (default: see Init)
+	EnvNoSHM           = "GTRAIN_COMM_NO_SHM"       // "1": TCP even between ranks of one host
+)
+
+// Env is a rank's place in the job.
+type Env struct {
+	Rank, WorldSize           int
+	LocalRank, LocalWorldSize int
+	Host                      string // the hostfile name of this rank's host
+	RunID                     string
+	Attempt                   int
+	StoreAddr                 string
+	Secret                    []byte
+	CommAddr                  string // EnvCommAddr; empty for the default
+	NoSHM                     bool
+}
+
+// FromEnv reads Env from the process environment (getenv is os.Getenv in
+// production). An error names the variable and says how to get it.
+func FromEnv(getenv func(string) string) (Env, error) {
+	var e Env
+	var errs []error
+	num := func(name string, dst *int, lo int) {
+		v := getenv(name)
+		n, err := strconv.Atoi(v)
+		switch {
+		case v == "":
+			errs = append(errs, fmt.Errorf("%s is not set", name))
+		case err != nil || n < lo:
+			errs = append(errs, fmt.Errorf("%s=%q is not a number >= %d", name, v, lo))
+		default:
+			*dst = n
+		}
+	}
+	num("RANK", &e.Rank, 0)
+	num("WORLD_SIZE", &e.WorldSize, 1)
+	num("LOCAL_RANK", &e.LocalRank, 0)
+	num("LOCAL_WORLD_SIZE", &e.LocalWorldSize, 1)
+	e.Host, e.RunID = getenv("GTRAIN_HOST"), getenv("GTRAIN_RUN_ID")
+	if v := getenv("GTRAIN_ATTEMPT"); v != "" {
+		e.Attempt, _ = strconv.Atoi(v)
+	}
+	e.StoreAddr = getenv(EnvStoreAddr)
+	file := getenv(EnvStoreSecretFile)
+	switch {
+	case e.StoreAddr == "":
+		errs = append(errs, fmt.Errorf("%s is not set", EnvStoreAddr))
+	case file == "":
+		errs = append(errs, fmt.Errorf("%s is not set", EnvStoreSecretFile))
+	default:
+		s, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", EnvStoreSecretFile, err))
+		}
+		e.Secret = s
+	}
+	if len(errs) == 0 && e.Rank >= e.WorldSize {
+		errs = append(errs, fmt.Errorf("RANK %d is not below WORLD_SIZE %d", e.Rank, e.WorldSize))
+	}
+	e.CommAddr = getenv(EnvCommAddr)
+	e.NoSHM = getenv(EnvNoSHM) == "1"
+	if err := errors.Join(errs...); err != nil {
+		return Env{}, fmt.Errorf("dist: not a rank of a gtrain job (run it with gtrain run): %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return e, nil
+}
+
+// World is a rank's connection to the rest of the job: the world
+// communicator and what it runs on.
+type World struct {
+	Env   Env
+	Comm  *comm.Communicator
+	Store *rendezvous.Client
+	tr    comm.Transport
+}
+
+// Options tune Init. The zero value is usable.
+type Options struct {
+	Comm comm.Options
+	TCP  comm.TCPConfig // tuning only: identity fields are filled in
+	SHM  comm.SHMConfig // tuning only: identity fields are filled in
+}
+
+// Init connects this rank to the store and to every other rank, and
+// returns the world communicator (named "world"). TCP links are
+// advertised on the address this host reached the store from, unless
+// Env.CommAddr or Options.TCP.Advertise says otherwise. Every rank of the
+// job must call Init; it fails after Options.Comm.Timeout (default 60 s)
+// naming the ranks that did not come.
+func Init(ctx context.Context, env Env, opts Options) (*World, error) {
+	st, err := rendezvous.Dial(ctx, env.StoreAddr, env.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("dist: rank %d: reach the job's store: %w", env.Rank, err)
+	}
+	tcp := opts.TCP
+	if tcp.Advertise == "" {
+		tcp.Advertise = env.CommAddr
+	}
+	if ta, ok := st.LocalAddr().(*net.TCPAddr); ok && tcp.Advertise == "" && !ta.IP.IsLoopback() {
+		tcp.Advertise = ta.IP.String()
+	}
+	prefix := fmt.Sprintf("comm/%s/%d", env.RunID, env.Attempt)
+	tr, err := comm.Connect(ctx, comm.BootstrapConfig{
+		Rank: env.Rank, Size: env.WorldSize, Store: st, Secret: env.Secret, Prefix: prefix,
+		NoSHM: env.NoSHM, TCP: tcp, SHM: opts.SHM,
+	})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("dist: rank %d: %w", env.Rank, err)
+	}
+	co := opts.Comm
+	if co.Name == "" {
+		co.Name = "world"
+	}
+	if co.Hosts == nil {
+		co.Hosts = comm.HostNames(tr)
+	}
+	c, err := comm.New(ctx, env.Rank, env.WorldSize, tr, co)
+	if err != nil {
+		tr.Close()
+		st.Close()
+		return nil, fmt.Errorf("dist: %w", err)
+	}
+	return &World{Env: env, Comm: c, Store: st, tr: tr}, nil
+}
+
+// Hosts returns the host name of every rank.
+func (w *World) Hosts() []string { return comm.HostNames(w.tr) }
+
+// Close closes the communicator, its links and the store connection.
+func (w *World) Close() error {
+	return errors.Join(w.Comm.Close(), w.tr.Close(), w.Store.Close())
+}
