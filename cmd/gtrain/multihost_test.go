@@ -351,8 +351,8 @@ func TestMultiHostBenchCollectives(t *testing.T) {
 		WorldSize int      `json:"world_size"`
 		Hosts     []string `json:"hosts"`
 		Results   []struct {
-			Collective string `json:"collective"`
-			SizeBytes  int64  `json:"size_bytes"`
+			Collective string       `json:"collective"`
+			SizeBytes  int64        `json:"size_bytes"`
 			Out        *benchTiming `json:"out_of_place"`
 			In         *benchTiming `json:"in_place"`
 		} `json:"results"`
