@@ -8,15 +8,16 @@ import (
 // Algorithms, and which one each collective uses. "auto" picks by the size
 // of the whole buffer (the all-reduce buffer, the reduce-scatter input, the
 // all-gather output): below Options.RingThreshold (64 KiB by default) the
-// latency-optimal one, from it on the bandwidth-optimal ring.
+// latency-optimal one, from it on the bandwidth-optimal ring, or, when
+// all ranks share one host, direct (algorithms_direct.go).
 //
-//	collective      small (auto)  ring                          rd                          tree
-//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast
-//	reduce_scatter  rd            ring                          rd all-reduce, keep a block tree all-reduce, keep a block
-//	all_gather      rd            ring                          rd all-reduce of bitwise OR tree all-reduce of OR
-//	broadcast       tree          pipelined chain               = tree                      binomial tree
-//	reduce          tree          ring reduce-scatter + gather  = tree                      binomial tree
-//	gather/scatter  direct: the root talks to every rank at once; Algorithm is ignored
+//	collective      small (auto)  ring                          rd                          tree                         direct
+//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  direct reduce-scatter + all-gather
+//	reduce_scatter  rd            ring                          rd all-reduce, keep a block tree all-reduce, keep a block  each rank reduces its block
+//	all_gather      rd            ring                          rd all-reduce of bitwise OR tree all-reduce of OR         each rank copies every block
+//	broadcast       tree          pipelined chain               = tree                      binomial tree                = tree
+//	reduce          tree          ring reduce-scatter + gather  = tree                      binomial tree                = tree
+//	gather/scatter  the root talks to every rank at once; Algorithm is ignored
 //	barrier         rd over headers only
 //
 // For an n-byte buffer, p ranks, latency α and time per byte β: ring costs
@@ -61,8 +62,10 @@ func parseAlgorithm(s string) (algorithm, error) {
 		return algRD, nil
 	case "tree":
 		return algTree, nil
+	case "direct":
+		return algDirect, nil
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want auto, ring, rd or tree)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want auto, ring, rd, tree or direct)", s)
 }
 
 // pick chooses the algorithm for a collective whose buffer is nbytes long.
@@ -78,9 +81,12 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 		a = algRD
 		if nbytes >= c.opts.RingThreshold {
 			a = algRing
+			if c.local && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
+				a = algDirect
+			}
 		}
 	}
-	if a == algRD && (kind == kBroadcast || kind == kReduce) {
+	if (a == algRD || a == algDirect) && (kind == kBroadcast || kind == kReduce) {
 		a = algTree
 	}
 	return a

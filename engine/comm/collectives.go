@@ -165,6 +165,8 @@ func (c *Communicator) allReduce(ctx context.Context, buf Buffer, op Op) error {
 			return nil
 		case o.alg == algRing:
 			return o.ringAllReduce(buf, op)
+		case o.alg == algDirect:
+			return o.directAllReduce(buf, op)
 		}
 		return o.allReduceSmall(o.alg, buf, op)
 	})
@@ -182,6 +184,8 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, op 
 			return nil
 		case o.alg == algRing:
 			return o.ringReduceScatter(send, recv, o.scratch(slotWork, send.dt, send.Len()), op)
+		case o.alg == algDirect:
+			return o.directReduceScatter(send, recv, op)
 		}
 		work := o.scratch(slotCopy, send.dt, send.Len())
 		copy(work.b, send.b)
@@ -206,6 +210,8 @@ func (c *Communicator) allGather(ctx context.Context, kind opKind, send, recv Bu
 			return nil
 		case o.alg == algRing:
 			return o.ringAllGather(recv)
+		case o.alg == algDirect:
+			return o.directAllGather(send, recv)
 		}
 		off := q.offset(c.rank) * recv.dt.Size()
 		clear(recv.b[:off])

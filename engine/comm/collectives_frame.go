@@ -220,11 +220,36 @@ func (o *opState) recv(ctx context.Context, peer int, b Buffer) error {
 }
 
 // exchange sends out to peer while receiving in from it: both at once, so
-// that two ranks exchanging never wait for each other.
+// that two ranks exchanging never wait for each other. When the link takes
+// all of out without waiting (a small message into a shared-memory ring),
+// it sends and then receives on this goroutine: no hand-off on the
+// latency path.
 func (o *opState) exchange(peer int, out, in Buffer) error {
+	if r, ok := o.c.conns[peer].(sendRoomer); ok && o.wireBytes(peer, out) <= r.SendRoom() {
+		if err := o.send(o.ctx, peer, out); err != nil {
+			return err
+		}
+		return o.recv(o.ctx, peer, in)
+	}
 	return par(o.ctx,
 		func(ctx context.Context) error { return o.recv(ctx, peer, in) },
 		func(ctx context.Context) error { return o.send(ctx, peer, out) })
+}
+
+// sendRoomer is a link that tells how much it can take without waiting.
+type sendRoomer interface{ SendRoom() int }
+
+// wireBytes is how many bytes o.send(peer, b) puts on the link, counting
+// the 8-byte length of each message.
+func (o *opState) wireBytes(peer int, b Buffer) int {
+	n := len(b.b)
+	if !o.c.sent[peer] {
+		n += 8 + hdrSize
+	}
+	if len(b.b) > 0 {
+		n += 8 * ((b.Len() + o.chunkLen(b.dt) - 1) / o.chunkLen(b.dt))
+	}
+	return n
 }
 
 // Scratch slots: each operation uses at most one buffer per slot.

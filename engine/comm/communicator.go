@@ -18,7 +18,8 @@ type Options struct {
 	// host. It must exceed the longest legitimate operation. Default 60s.
 	Timeout time.Duration
 	// Algorithm forces the algorithm: "auto" (or ""), "ring", "rd"
-	// (recursive doubling) or "tree" (binomial). See algorithms.go for what
+	// (recursive doubling), "tree" (binomial) or "direct" (every rank with
+	// every other; single copy within a host). See algorithms.go for what
 	// each means per collective. Every rank must use the same value (a
 	// difference is reported as a mismatch).
 	Algorithm string
@@ -60,6 +61,7 @@ type Communicator struct {
 	tag        string // group name for GroupTransport; "" for a world
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
+	local      bool // every link reaches a rank on this host
 
 	mu          sync.Mutex
 	queue       []*Handle
@@ -142,6 +144,7 @@ func (c *Communicator) connect(ctx context.Context) error {
 		c.closeConns()
 		return &OpError{Comm: c.opts.Name, Rank: c.rank, Op: "connect", Seq: -1, Err: err}
 	}
+	c.local = allLinksLocal(c.conns)
 	return nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,14 +42,16 @@ const (
 	shmCtlWriterWait = 384 // producer sleeps on tail
 )
 
-// Waiting: spin on the word for shmSpins loads (a message usually lands
-// within microseconds), then yield shmYields times, then sleep on a futex
-// on the word's low 32 bits in naps of shmNap, checking ctx, Close, the
-// peer's closed flag and (every shmLiveEvery) that the peer process lives.
-// A writer wakes the futex only when the reader said it sleeps.
+// Waiting: spin on the word for shmSpinFor (a message usually lands within
+// microseconds, and a futex wake-up costs tens of them), then keep looking
+// but give the CPU away between looks (sched_yield, so that a peer waiting
+// for this core runs) until shmYieldFor, then sleep on a futex on the
+// word's low 32 bits in naps of shmNap, checking ctx, Close, the peer's
+// closed flag and (every shmLiveEvery) that the peer process lives. A
+// writer wakes the futex only when the reader said it sleeps.
 const (
-	shmSpins     = 1 << 12
-	shmYields    = 64
+	shmSpinFor   = 20 * time.Microsecond
+	shmYieldFor  = time.Millisecond
 	shmNap       = 10 * time.Millisecond
 	shmLiveEvery = 100 * time.Millisecond
 	shmChunk     = 128 << 10 // most bytes copied between publications of head/tail
@@ -60,10 +61,11 @@ func shmSegmentSize(ring int) int { return shmHeaderBytes + 2*ring }
 
 func shmWord(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
 
-func shmInitHeader(mem []byte, ring, lo, hi int) {
+func shmInitHeader(mem []byte, ring, lo, hi int, noCMA bool) {
 	atomic.StoreUint64(shmWord(mem, shmOffRing), uint64(ring))
 	atomic.StoreUint64(shmWord(mem, shmOffRanks), uint64(lo)<<32|uint64(hi))
 	atomic.StoreUint64(shmWord(mem, shmOffPID), uint64(os.Getpid()))
+	shmRecordCMA(mem, 0, noCMA)
 	atomic.StoreUint64(shmWord(mem, shmOffMagic), shmMagic)
 }
 
@@ -140,6 +142,7 @@ type shmConn struct {
 	tx, rx     shmRing
 	ownClosed  *uint64
 	peerClosed *uint64
+	cma        bool // both sides can read the other's memory (shm_cma.go)
 	sendHdr    [8]byte
 	recvHdr    [8]byte
 	sendErr    error // sticky; under sendMu
@@ -165,7 +168,17 @@ func newSHMConn(mem []byte, peer int, higher bool) *shmConn {
 		rx:         newSHMRing(mem, 1-side, size),
 		ownClosed:  shmWord(mem, shmOffClosed+side*shmSideStride),
 		peerClosed: shmWord(mem, shmOffClosed+(1-side)*shmSideStride),
+		cma: atomic.LoadUint64(shmWord(mem, shmOffCMA)) == 1 &&
+			atomic.LoadUint64(shmWord(mem, shmOffCMA+shmSideStride)) == 1,
 	}
+}
+
+// SendRoom returns how many bytes of messages Send takes now without
+// waiting, counting the 8-byte length of each.
+func (c *shmConn) SendRoom() int {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return int(c.tx.size - (c.tx.pos - atomic.LoadUint64(c.tx.tail)))
 }
 
 // Send copies the length and b into the ring, streaming when b is longer
@@ -332,13 +345,20 @@ func (c *shmConn) Close() error {
 // shmAwait waits until *w != v: spinning, then yielding, then sleeping on
 // the futex (announced in flag, when not nil), with check between naps.
 func shmAwait(w *uint64, v uint64, flag *uint64, check func() error) error {
-	for range shmSpins {
+	if atomic.LoadUint64(w) != v {
+		return nil
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
 		if atomic.LoadUint64(w) != v {
 			return nil
 		}
+		if i%64 == 0 && time.Since(start) > shmSpinFor {
+			break
+		}
 	}
-	for range shmYields {
-		runtime.Gosched()
+	for time.Since(start) < shmYieldFor {
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		if atomic.LoadUint64(w) != v {
 			return nil
 		}

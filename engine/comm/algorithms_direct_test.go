@@ -1,0 +1,112 @@
+//go:build linux
+
+package comm
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// shmWorld connects p goroutine ranks through Connect with the given host
+// ids (all "" = one host: shared memory; otherwise TCP between hosts);
+// noCMA(r) turns off direct reads for rank r.
+func shmWorld(t *testing.T, hosts []string, noCMA func(r int) bool, opts Options) []*Communicator {
+	t.Helper()
+	p := len(hosts)
+	store := newTPMemStore()
+	dir := t.TempDir()
+	comms := make([]*Communicator, p)
+	trs := make([]Transport, p)
+	mustAll(t, p, func(r int) error {
+		var err error
+		trs[r], err = Connect(t.Context(), BootstrapConfig{
+			Rank: r, Size: p, Store: store, Secret: tpSecret, Prefix: "job/0", HostID: hosts[r],
+			TCP: TCPConfig{Bind: "127.0.0.1:0", Advertise: "127.0.0.1", DialTimeout: 5 * time.Second},
+			SHM: SHMConfig{Dir: dir, RingBytes: 64 << 10, NoCMA: noCMA(r)},
+		})
+		if err != nil {
+			return err
+		}
+		comms[r], err = New(context.Background(), r, p, trs[r], opts)
+		return err
+	})
+	t.Cleanup(func() {
+		for r := range p {
+			comms[r].Close()
+			trs[r].Close()
+		}
+	})
+	return comms
+}
+
+func sameHost(p int) []string { return make([]string, p) }
+
+// TestDirectOverSHM runs the correctness matrix with the direct algorithms
+// over real shared-memory links: every link reading the peer's memory, no
+// link reading (all pushed through the rings), and a mix; and across two
+// "hosts", where the TCP links push.
+func TestDirectOverSHM(t *testing.T) {
+	if !cmaUsable() {
+		t.Logf("cross-memory attach unavailable here (%v): links push instead", cmaProbe())
+	}
+	never := func(int) bool { return false }
+	cases := []struct {
+		name  string
+		hosts []string
+		noCMA func(int) bool
+	}{
+		{"read/p2", sameHost(2), never},
+		{"read/p3", sameHost(3), never},
+		{"read/p5", sameHost(5), never},
+		{"push/p3", sameHost(3), func(int) bool { return true }},
+		{"mixed/p4", sameHost(4), func(r int) bool { return r == 2 }},
+		{"two-hosts/p4", []string{"a", "a", "b", "b"}, never},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := shmWorld(t, tc.hosts, tc.noCMA, Options{Algorithm: "direct", ChunkBytes: 1024, Timeout: 20 * time.Second})
+			runMatrix(t, comms)
+		})
+	}
+}
+
+// TestAutoPicksDirectOnOneHost: auto uses direct for the bandwidth
+// collectives when all ranks share a host, the ring otherwise.
+func TestAutoPicksDirectOnOneHost(t *testing.T) {
+	local := shmWorld(t, sameHost(2), func(int) bool { return false }, Options{})
+	if got := local[0].pick(kAllReduce, 1<<20); got != algDirect {
+		t.Errorf("one host, all_reduce of 1 MiB: %v, want direct", got)
+	}
+	if got := local[0].pick(kAllReduce, 1<<10); got != algRD {
+		t.Errorf("one host, all_reduce of 1 KiB: %v, want rd", got)
+	}
+	if got := local[0].pick(kBroadcast, 1<<20); got != algRing {
+		t.Errorf("one host, broadcast of 1 MiB: %v, want ring", got)
+	}
+	spread := shmWorld(t, []string{"a", "a", "b"}, func(int) bool { return false }, Options{})
+	for r, c := range spread {
+		if got := c.pick(kAllReduce, 1<<20); got != algRing {
+			t.Errorf("two hosts, rank %d: %v, want ring", r, got)
+		}
+	}
+}
+
+// TestDirectPeerDeath: a rank that stops answering in the middle of a
+// direct all-reduce is reported by rank, within the timeout.
+func TestDirectPeerDeath(t *testing.T) {
+	comms := shmWorld(t, sameHost(3), func(int) bool { return false }, Options{Timeout: 2 * time.Second})
+	errs := onAll(2, func(r int) error {
+		return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1<<18), Sum)
+	})
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d: all-reduce without rank 2 succeeded", r)
+		}
+		t.Logf("rank %d: %v", r, err)
+		if want := "rank 2"; !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want it to name %s", r, err, want)
+		}
+	}
+}
