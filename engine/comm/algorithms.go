@@ -34,6 +34,7 @@ const (
 	algRD
 	algTree
 	algDirect
+	algHier // hierarchical all-reduce (algorithms_hier.go)
 )
 
 func (a algorithm) String() string {
@@ -48,6 +49,8 @@ func (a algorithm) String() string {
 		return "tree"
 	case algDirect:
 		return "direct"
+	case algHier:
+		return "hierarchical"
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }

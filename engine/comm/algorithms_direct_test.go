@@ -4,6 +4,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,71 @@ func TestDirectPeerDeath(t *testing.T) {
 		if want := "rank 2"; !strings.Contains(err.Error(), want) {
 			t.Errorf("rank %d: %v, want it to name %s", r, err, want)
 		}
+	}
+}
+
+// TestHierarchical runs the correctness matrix on groups that span two or
+// three "hosts" (shared memory within, TCP between), with a threshold low
+// enough that every all-reduce of 64 bytes or more is hierarchical, and
+// checks which groups got the two levels.
+func TestHierarchical(t *testing.T) {
+	never := func(int) bool { return false }
+	cases := []struct {
+		name  string
+		hosts []string
+		hier  bool
+	}{
+		{"2x2", []string{"a", "a", "b", "b"}, true},
+		{"3x2", []string{"a", "b", "c", "a", "b", "c"}, true}, // hosts interleaved in rank order
+		{"2x3", []string{"a", "a", "a", "b", "b", "b"}, true},
+		{"uneven", []string{"a", "a", "b"}, false},
+		{"one-per-host", []string{"a", "b", "c"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := shmWorld(t, tc.hosts, never, Options{RingThreshold: 64, ChunkBytes: 1024, Timeout: 20 * time.Second})
+			runMatrix(t, comms)
+			for r, c := range comms {
+				if got := c.hier != nil && c.hier.local != nil; got != tc.hier {
+					t.Errorf("rank %d: hierarchical %v, want %v", r, got, tc.hier)
+				}
+				if tc.hier {
+					if c.hier.local.Size()*c.hier.cross.Size() != len(tc.hosts) {
+						t.Errorf("rank %d: levels of %d and %d ranks", r, c.hier.local.Size(), c.hier.cross.Size())
+					}
+					for i := range c.hier.local.Size() {
+						if w := c.hier.local.WorldRank(i); tc.hosts[w] != tc.hosts[r] {
+							t.Errorf("rank %d: local level has rank %d of host %s", r, w, tc.hosts[w])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestHierarchicalMismatch: a rank that all-reduces another count is
+// reported, not waited for.
+func TestHierarchicalMismatch(t *testing.T) {
+	comms := shmWorld(t, []string{"a", "a", "b", "b"}, func(int) bool { return false }, Options{RingThreshold: 64, Timeout: 5 * time.Second})
+	mustAll(t, 4, func(r int) error { return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1000), Sum) })
+	errs := onAll(4, func(r int) error {
+		n := 1000
+		if r == 3 {
+			n = 1024
+		}
+		return comms[r].AllReduce(t.Context(), NewBuffer(Float32, n), Sum)
+	})
+	var mismatch bool
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: mismatched all-reduce succeeded", r)
+			continue
+		}
+		var me *MismatchError
+		mismatch = mismatch || errors.As(err, &me)
+	}
+	if !mismatch {
+		t.Errorf("no rank reported a mismatch: %v", errs)
 	}
 }

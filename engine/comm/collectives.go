@@ -96,7 +96,8 @@ type call struct {
 	op     Op
 	count  int
 	root   int
-	nbytes int // the size that selects the algorithm
+	nbytes int       // the size that selects the algorithm
+	alg    algorithm // the algorithm, when not picked by nbytes
 	seq    uint64
 	out    *header // the header to send, when not the one expected (send_recv)
 }
@@ -129,7 +130,10 @@ func (c *Communicator) run(ctx context.Context, cl call, verr error, body func(*
 		c.abort(err)
 		return err
 	}
-	alg := c.pick(cl.kind, cl.nbytes)
+	alg := cl.alg
+	if alg == algAuto {
+		alg = c.pick(cl.kind, cl.nbytes)
+	}
 	octx, cancel := context.WithTimeoutCause(ctx, c.opts.Timeout, errOpTimeout)
 	defer cancel()
 	o := &opState{c: c, ctx: octx, alg: alg, want: header{
@@ -159,10 +163,23 @@ func (c *Communicator) run(ctx context.Context, cl call, verr error, body func(*
 
 func (c *Communicator) allReduce(ctx context.Context, buf Buffer, op Op) error {
 	cl := call{kind: kAllReduce, dt: buf.dt, op: op, count: buf.Len(), nbytes: len(buf.b)}
-	return c.collective(ctx, cl, checkOp(op, buf), func(o *opState) error {
+	verr := checkOp(op, buf)
+	var h *hierarchy
+	if verr == nil && c.usable() == nil {
+		var err error
+		if h, err = c.hierarchical(ctx, len(buf.b)); err != nil {
+			return err
+		}
+	}
+	if h != nil {
+		cl.alg = algHier
+	}
+	return c.collective(ctx, cl, verr, func(o *opState) error {
 		switch {
 		case c.size == 1:
 			return nil
+		case h != nil:
+			return o.hierAllReduce(h, buf, op)
 		case o.alg == algRing:
 			return o.ringAllReduce(buf, op)
 		case o.alg == algDirect:

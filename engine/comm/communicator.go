@@ -61,7 +61,8 @@ type Communicator struct {
 	tag        string // group name for GroupTransport; "" for a world
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
-	local      bool // every link reaches a rank on this host
+	local      bool       // every link reaches a rank on this host
+	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
 
 	mu          sync.Mutex
 	queue       []*Handle
@@ -189,6 +190,7 @@ func (c *Communicator) closeConns() {
 			cn.Close()
 		}
 	}
+	c.closeHierarchy()
 }
 
 // abort records the first failure and closes the links, so that peers

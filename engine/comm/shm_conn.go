@@ -190,12 +190,12 @@ func (c *shmConn) Send(ctx context.Context, b []byte) error {
 		return c.fail("send", err)
 	}
 	start := c.tx.pos
+	linkRaceRelease() // before the peer can see any of the message: see link_race.go
 	binary.LittleEndian.PutUint64(c.sendHdr[:], uint64(len(b)))
 	err := c.put(ctx, c.sendHdr[:])
 	if err == nil {
 		err = c.put(ctx, b)
 	}
-	shmRaceRelease() // before the last publication, which completes the Recv
 	c.tx.publishHead()
 	if err != nil {
 		if c.tx.pos != start {
@@ -216,6 +216,7 @@ func (c *shmConn) Recv(ctx context.Context, b []byte) error {
 	}
 	start := c.rx.pos
 	err := c.get(ctx, c.recvHdr[:], 8)
+	linkRaceAcquire() // before b is written
 	if n := binary.LittleEndian.Uint64(c.recvHdr[:]); err == nil && n == uint64(len(b)) {
 		err = c.get(ctx, b, n)
 	} else if err == nil {
@@ -224,7 +225,6 @@ func (c *shmConn) Recv(ctx context.Context, b []byte) error {
 		}
 	}
 	c.rx.publishTail()
-	shmRaceAcquire()
 	if err != nil {
 		if c.rx.pos != start && !errors.Is(err, ErrMessageLength) {
 			c.recvErr = ErrLinkBroken

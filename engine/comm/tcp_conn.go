@@ -238,6 +238,7 @@ func (c *tcpConn) Send(ctx context.Context, b []byte) error {
 		return c.fail(ctx, "send", err)
 	}
 	stop := tcpWatch(ctx, c.ncs, (*net.TCPConn).SetWriteDeadline)
+	linkRaceRelease() // before the bytes can reach the peer (see link_race.go)
 	started, err := c.write(b)
 	stop()
 	if err != nil {
@@ -309,6 +310,7 @@ func (c *tcpConn) read(b []byte) (started bool, err error) {
 	if n, err := io.ReadFull(c.rds[0], c.recvHdr[:]); err != nil {
 		return n > 0, err
 	}
+	linkRaceAcquire() // the sender released before its first byte: see link_race.go
 	n := binary.LittleEndian.Uint64(c.recvHdr[:])
 	if n > math.MaxInt/2 {
 		return true, fmt.Errorf("message header says %d bytes: stream out of step", n)

@@ -1,0 +1,7 @@
+//go:build !race
+
+package comm
+
+// See link_race.go.
+func linkRaceRelease() {}
+func linkRaceAcquire() {}

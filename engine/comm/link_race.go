@@ -1,0 +1,20 @@
+//go:build race
+
+package comm
+
+import "sync/atomic"
+
+// linkRaceSync makes the race detector see the ordering a link provides: a
+// Send happens before the Recv of its message. It cannot see it through a
+// shared-memory mapping at all, and over sockets the syscall package
+// releases its ioSync only after write returns, so a fast reader can
+// acquire before the writer has released (a false report when ranks of a
+// test share one process). Links release before any byte of a message
+// can be seen, and acquire as soon as they see its length, before they
+// write into the receiver's buffer. Like ioSync it is one word for the
+// whole process, so it also orders calls across links (a message's reply,
+// sent on another link, follows it); it exists only in -race builds.
+var linkRaceSync atomic.Uint64
+
+func linkRaceRelease() { linkRaceSync.Add(1) }
+func linkRaceAcquire() { linkRaceSync.Load() }
