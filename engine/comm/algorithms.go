@@ -8,8 +8,10 @@ import (
 // Algorithms, and which one each collective uses. "auto" picks by the size
 // of the whole buffer (the all-reduce buffer, the reduce-scatter input, the
 // all-gather output): below Options.RingThreshold (64 KiB by default) the
-// latency-optimal one, from it on the bandwidth-optimal ring, or, when
-// all ranks share one host, direct (algorithms_direct.go).
+// latency-optimal one, from it on the bandwidth-optimal ring, or, up to
+// directMaxBytes when all ranks share one host and can read each other's
+// memory, direct (algorithms_direct.go). A group that spans hosts with
+// equal ranks per host all-reduces hierarchically (algorithms_hier.go).
 //
 //	collective      small (auto)  ring                          rd                          tree                         direct
 //	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  direct reduce-scatter + all-gather
@@ -25,6 +27,17 @@ import (
 // a power of two), tree 2⌈log2 p⌉(α + nβ). The ring is pipelined in chunks
 // of Options.ChunkBytes, with one goroutine sending and one receiving, so a
 // step's receive and reduction overlap the next send.
+
+// directMaxBytes is where auto switches from direct to the ring on one
+// host. Reading a peer's memory costs a system call and page pinning per
+// read (about 16 GB/s here, against 80 GB/s for a copy in cache), which the
+// direct algorithm's fewer copies and hand-offs repay only for mid-sized
+// buffers: across two processes on this 2-core machine, direct measured
+// 6.8-10 GB/s bus bandwidth from 64 KiB to 2 MiB, where the ring fell to
+// 0.9 GB/s at 64 KiB; the ring measured 9.3 GB/s at 4 MiB and 8 MiB, direct
+// 7.9 and 6.4 (gtrain bench collectives, with and without
+// GTRAIN_COMM_NO_CMA=1).
+const directMaxBytes = 4 << 20
 
 type algorithm uint8
 
@@ -84,7 +97,7 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 		a = algRD
 		if nbytes >= c.opts.RingThreshold {
 			a = algRing
-			if c.local && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
+			if c.direct && nbytes < directMaxBytes && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
 				a = algDirect
 			}
 		}

@@ -37,16 +37,18 @@ const (
 	ctlFinish = 2
 )
 
-// allLinksLocal reports whether every link reaches a rank on this host. In
-// a group either all ranks share a host or each has a peer on another, so
-// every rank of a group gets the same answer.
-func allLinksLocal(conns []Conn) bool {
+// allLinksRead reports whether every link reads its peer's memory
+// directly: every rank on this host, and every process able to (see
+// shm_cma.go). Every rank of a group gets the same answer: a rank on
+// another host, or a process that cannot read, makes some link of every
+// other rank fail the test too.
+func allLinksRead(conns []Conn) bool {
 	n := 0
 	for _, cn := range conns {
 		if cn == nil {
 			continue
 		}
-		if _, ok := cn.(peerReader); !ok {
+		if pr, ok := cn.(peerReader); !ok || !pr.CanReadPeer() {
 			return false
 		}
 		n++

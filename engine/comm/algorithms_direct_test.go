@@ -73,18 +73,28 @@ func TestDirectOverSHM(t *testing.T) {
 	}
 }
 
-// TestAutoPicksDirectOnOneHost: auto uses direct for the bandwidth
-// collectives when all ranks share a host, the ring otherwise.
+// TestAutoPicksDirectOnOneHost: auto uses direct for mid-sized bandwidth
+// collectives when all ranks share a host and read each other's memory,
+// the ring otherwise.
 func TestAutoPicksDirectOnOneHost(t *testing.T) {
 	local := shmWorld(t, sameHost(2), func(int) bool { return false }, Options{})
 	if got := local[0].pick(kAllReduce, 1<<20); got != algDirect {
 		t.Errorf("one host, all_reduce of 1 MiB: %v, want direct", got)
+	}
+	if got := local[0].pick(kAllReduce, 64<<20); got != algRing {
+		t.Errorf("one host, all_reduce of 64 MiB: %v, want ring", got)
 	}
 	if got := local[0].pick(kAllReduce, 1<<10); got != algRD {
 		t.Errorf("one host, all_reduce of 1 KiB: %v, want rd", got)
 	}
 	if got := local[0].pick(kBroadcast, 1<<20); got != algRing {
 		t.Errorf("one host, broadcast of 1 MiB: %v, want ring", got)
+	}
+	noRead := shmWorld(t, sameHost(3), func(r int) bool { return r == 1 }, Options{})
+	for r, c := range noRead {
+		if got := c.pick(kAllReduce, 1<<20); got != algRing {
+			t.Errorf("one host, rank 1 cannot read: rank %d picks %v, want ring", r, got)
+		}
 	}
 	spread := shmWorld(t, []string{"a", "a", "b"}, func(int) bool { return false }, Options{})
 	for r, c := range spread {

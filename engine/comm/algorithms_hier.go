@@ -21,6 +21,23 @@ import (
 // its header to the next rank and checks the previous one's, so mismatched
 // calls are reported as in the flat algorithms.
 
+// allLinksLocal reports whether every link reaches a rank on this host. In
+// a group either all ranks share a host or each has a peer on another, so
+// every rank of a group gets the same answer.
+func allLinksLocal(conns []Conn) bool {
+	n := 0
+	for _, cn := range conns {
+		if cn == nil {
+			continue
+		}
+		if _, ok := cn.(peerReader); !ok {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // hierarchy is the two-level view of a group; the zero value means the
 // group is not hierarchical (one host, one rank per host, or hosts with
 // different numbers of ranks).

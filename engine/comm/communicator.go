@@ -62,6 +62,7 @@ type Communicator struct {
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
 	local      bool       // every link reaches a rank on this host
+	direct     bool       // every link reads its peer's memory (auto picks direct)
 	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
 
 	mu          sync.Mutex
@@ -146,6 +147,7 @@ func (c *Communicator) connect(ctx context.Context) error {
 		return &OpError{Comm: c.opts.Name, Rank: c.rank, Op: "connect", Seq: -1, Err: err}
 	}
 	c.local = allLinksLocal(c.conns)
+	c.direct = allLinksRead(c.conns)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,8 +45,8 @@ const (
 
 // Waiting: spin on the word for shmSpinFor (a message usually lands within
 // microseconds, and a futex wake-up costs tens of them), then keep looking
-// but give the CPU away between looks (sched_yield, so that a peer waiting
-// for this core runs) until shmYieldFor, then sleep on a futex on the
+// but give the CPU away between looks (to this rank's other goroutines,
+// and with sched_yield to a peer waiting for this core) until shmYieldFor, then sleep on a futex on the
 // word's low 32 bits in naps of shmNap, checking ctx, Close, the peer's
 // closed flag and (every shmLiveEvery) that the peer process lives. A
 // writer wakes the futex only when the reader said it sleeps.
@@ -357,8 +358,12 @@ func shmAwait(w *uint64, v uint64, flag *uint64, check func() error) error {
 			break
 		}
 	}
-	for time.Since(start) < shmYieldFor {
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	for i := 0; time.Since(start) < shmYieldFor; i++ {
+		if i%2 == 0 {
+			runtime.Gosched() // another goroutine of this rank may be the one to make progress
+		} else {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // or another process
+		}
 		if atomic.LoadUint64(w) != v {
 			return nil
 		}
