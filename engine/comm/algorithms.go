@@ -8,13 +8,15 @@ import (
 // Algorithms, and which one each collective uses. "auto" picks by the size
 // of the whole buffer (the all-reduce buffer, the reduce-scatter input, the
 // all-gather output): below Options.RingThreshold (64 KiB by default) the
-// latency-optimal one, from it on the bandwidth-optimal ring, or, up to
-// directMaxBytes when all ranks share one host and can read each other's
-// memory, direct (algorithms_direct.go). A group that spans hosts with
-// equal ranks per host all-reduces hierarchically (algorithms_hier.go).
+// latency-optimal one, from it on the bandwidth-optimal ring, or direct
+// (algorithms_direct.go) when all ranks share one host: for all-reduce
+// always (streaming through the shared-memory rings from one goroutine),
+// for reduce-scatter and all-gather up to directMaxBytes when all ranks can
+// read each other's memory. A group that spans hosts with equal ranks per
+// host all-reduces hierarchically (algorithms_hier.go).
 //
 //	collective      small (auto)  ring                          rd                          tree                         direct
-//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  direct reduce-scatter + all-gather
+//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  streamed through the rings (one host), else reduce-scatter + all-gather
 //	reduce_scatter  rd            ring                          rd all-reduce, keep a block tree all-reduce, keep a block  each rank reduces its block
 //	all_gather      rd            ring                          rd all-reduce of bitwise OR tree all-reduce of OR         each rank copies every block
 //	broadcast       tree          pipelined chain               = tree                      binomial tree                = tree
@@ -28,15 +30,16 @@ import (
 // of Options.ChunkBytes, with one goroutine sending and one receiving, so a
 // step's receive and reduction overlap the next send.
 
-// directMaxBytes is where auto switches from direct to the ring on one
-// host. Reading a peer's memory costs a system call and page pinning per
-// read (about 16 GB/s here, against 80 GB/s for a copy in cache), which the
-// direct algorithm's fewer copies and hand-offs repay only for mid-sized
-// buffers: across two processes on this 2-core machine, direct measured
-// 6.8-10 GB/s bus bandwidth from 64 KiB to 2 MiB, where the ring fell to
-// 0.9 GB/s at 64 KiB; the ring measured 9.3 GB/s at 4 MiB and 8 MiB, direct
-// 7.9 and 6.4 (gtrain bench collectives, with and without
-// GTRAIN_COMM_NO_CMA=1).
+// directMaxBytes is where auto stops using direct for reduce-scatter and
+// all-gather on one host. Reading a peer's memory costs a system call and
+// page pinning per read (about 16 GB/s here, against 80 GB/s for a copy in
+// cache), which the direct algorithm's single copy repays only for
+// mid-sized buffers: across two processes on this 2-core machine, reading
+// measured 6.8-10 GB/s bus bandwidth from 64 KiB to 2 MiB, where the ring
+// fell to 0.9 GB/s at 64 KiB; the ring measured 9.3 GB/s at 4 MiB and
+// 8 MiB, reading 7.9 and 6.4. All-reduce on one host streams through the
+// rings instead (shm_progress.go), which beat both at every size: 17.5 GB/s
+// at 64 KiB, 16.4 at 4 MiB, 9 at 64 MiB (gtrain bench collectives).
 const directMaxBytes = 4 << 20
 
 type algorithm uint8
@@ -97,7 +100,10 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 		a = algRD
 		if nbytes >= c.opts.RingThreshold {
 			a = algRing
-			if c.direct && nbytes < directMaxBytes && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
+			switch {
+			case c.local && kind == kAllReduce:
+				a = algDirect // streaming through the rings (shm_progress.go)
+			case c.direct && nbytes < directMaxBytes && (kind == kReduceScatter || kind == kAllGather):
 				a = algDirect
 			}
 		}

@@ -73,33 +73,34 @@ func TestDirectOverSHM(t *testing.T) {
 	}
 }
 
-// TestAutoPicksDirectOnOneHost: auto uses direct for mid-sized bandwidth
-// collectives when all ranks share a host and read each other's memory,
-// the ring otherwise.
+// TestAutoPicksDirectOnOneHost: on one host, auto all-reduces from 64 KiB
+// by streaming through the rings, and reduce-scatters and all-gathers
+// reading peers' memory up to 4 MiB where every process can; the ring
+// otherwise, and across hosts.
 func TestAutoPicksDirectOnOneHost(t *testing.T) {
-	local := shmWorld(t, sameHost(2), func(int) bool { return false }, Options{})
-	if got := local[0].pick(kAllReduce, 1<<20); got != algDirect {
-		t.Errorf("one host, all_reduce of 1 MiB: %v, want direct", got)
-	}
-	if got := local[0].pick(kAllReduce, 64<<20); got != algRing {
-		t.Errorf("one host, all_reduce of 64 MiB: %v, want ring", got)
-	}
-	if got := local[0].pick(kAllReduce, 1<<10); got != algRD {
-		t.Errorf("one host, all_reduce of 1 KiB: %v, want rd", got)
-	}
-	if got := local[0].pick(kBroadcast, 1<<20); got != algRing {
-		t.Errorf("one host, broadcast of 1 MiB: %v, want ring", got)
-	}
-	noRead := shmWorld(t, sameHost(3), func(r int) bool { return r == 1 }, Options{})
-	for r, c := range noRead {
-		if got := c.pick(kAllReduce, 1<<20); got != algRing {
-			t.Errorf("one host, rank 1 cannot read: rank %d picks %v, want ring", r, got)
-		}
-	}
-	spread := shmWorld(t, []string{"a", "a", "b"}, func(int) bool { return false }, Options{})
-	for r, c := range spread {
-		if got := c.pick(kAllReduce, 1<<20); got != algRing {
-			t.Errorf("two hosts, rank %d: %v, want ring", r, got)
+	never := func(int) bool { return false }
+	for _, tc := range []struct {
+		name  string
+		hosts []string
+		noCMA func(int) bool
+		kind  opKind
+		bytes int
+		want  algorithm
+	}{
+		{"all_reduce 1 KiB", sameHost(2), never, kAllReduce, 1 << 10, algRD},
+		{"all_reduce 1 MiB", sameHost(2), never, kAllReduce, 1 << 20, algDirect},
+		{"all_reduce 64 MiB", sameHost(2), never, kAllReduce, 64 << 20, algDirect},
+		{"all_reduce 1 MiB, no CMA", sameHost(3), func(r int) bool { return r == 1 }, kAllReduce, 1 << 20, algDirect},
+		{"reduce_scatter 1 MiB", sameHost(2), never, kReduceScatter, 1 << 20, algDirect},
+		{"all_gather 64 MiB", sameHost(2), never, kAllGather, 64 << 20, algRing},
+		{"reduce_scatter 1 MiB, no CMA", sameHost(3), func(r int) bool { return r == 1 }, kReduceScatter, 1 << 20, algRing},
+		{"broadcast 1 MiB", sameHost(2), never, kBroadcast, 1 << 20, algRing},
+		{"all_reduce 1 MiB, two hosts", []string{"a", "a", "b"}, never, kAllReduce, 1 << 20, algRing},
+	} {
+		for r, c := range shmWorld(t, tc.hosts, tc.noCMA, Options{}) {
+			if got := c.pick(tc.kind, tc.bytes); got != tc.want {
+				t.Errorf("%s: rank %d picks %v, want %v", tc.name, r, got, tc.want)
+			}
 		}
 	}
 }
@@ -185,5 +186,42 @@ func TestHierarchicalMismatch(t *testing.T) {
 	}
 	if !mismatch {
 		t.Errorf("no rank reported a mismatch: %v", errs)
+	}
+}
+
+// TestStreamingPeerCloses: a rank whose communicator closes in the middle
+// of a streaming all-reduce makes its peers fail at once, naming it.
+func TestStreamingPeerCloses(t *testing.T) {
+	comms := shmWorld(t, sameHost(3), func(int) bool { return false }, Options{Timeout: 20 * time.Second})
+	start := time.Now()
+	errs := onAll(3, func(r int) error {
+		if r == 2 {
+			time.AfterFunc(20*time.Millisecond, func() { comms[2].Close() })
+		}
+		buf := NewBuffer(Float32, 64<<20)
+		for range 100 { // long enough that the close lands mid-operation
+			if err := comms[r].AllReduce(t.Context(), buf, Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the failure took %v to surface", d)
+	}
+	// The first to notice names rank 2; the other may name the first, which
+	// closed its links when it failed.
+	named := false
+	for r := range 2 {
+		if errs[r] == nil {
+			t.Fatalf("rank %d: no error", r)
+		}
+		named = named || strings.Contains(errs[r].Error(), "rank 2")
+	}
+	if !named {
+		t.Errorf("no rank named rank 2: %v", errs[:2])
+	}
+	if !errors.Is(errs[2], ErrClosed) {
+		t.Errorf("rank 2: %v, want ErrClosed", errs[2])
 	}
 }

@@ -239,15 +239,15 @@ func (o *opState) exchange(peer int, out, in Buffer) error {
 // sendRoomer is a link that tells how much it can take without waiting.
 type sendRoomer interface{ SendRoom() int }
 
-// wireBytes is how many bytes o.send(peer, b) puts on the link, counting
-// the 8-byte length of each message.
+// wireBytes bounds how many bytes o.send(peer, b) puts on the link,
+// counting 16 per message for its length and padding.
 func (o *opState) wireBytes(peer int, b Buffer) int {
 	n := len(b.b)
 	if !o.c.sent[peer] {
-		n += 8 + hdrSize
+		n += 16 + hdrSize
 	}
 	if len(b.b) > 0 {
-		n += 8 * ((b.Len() + o.chunkLen(b.dt) - 1) / o.chunkLen(b.dt))
+		n += 16 * ((b.Len() + o.chunkLen(b.dt) - 1) / o.chunkLen(b.dt))
 	}
 	return n
 }

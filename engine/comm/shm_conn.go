@@ -135,6 +135,13 @@ func (r *shmRing) publishTail() {
 	}
 }
 
+// Messages are padded to a multiple of 8 bytes in the ring, so that every
+// message starts 8-byte aligned and a reader can compute on a message in
+// place (see shm_progress.go), whatever its element type.
+func shmPadding(n int) int { return -n & 7 }
+
+var shmZeros [8]byte
+
 // shmConn is a link over one mapped segment.
 type shmConn struct {
 	peer       int
@@ -197,6 +204,9 @@ func (c *shmConn) Send(ctx context.Context, b []byte) error {
 	if err == nil {
 		err = c.put(ctx, b)
 	}
+	if pad := shmPadding(len(b)); err == nil && pad > 0 {
+		err = c.put(ctx, shmZeros[:pad])
+	}
 	c.tx.publishHead()
 	if err != nil {
 		if c.tx.pos != start {
@@ -218,11 +228,22 @@ func (c *shmConn) Recv(ctx context.Context, b []byte) error {
 	start := c.rx.pos
 	err := c.get(ctx, c.recvHdr[:], 8)
 	linkRaceAcquire() // before b is written
-	if n := binary.LittleEndian.Uint64(c.recvHdr[:]); err == nil && n == uint64(len(b)) {
+	n := binary.LittleEndian.Uint64(c.recvHdr[:])
+	if n > c.rx.size<<20 { // a length no Send writes: the stream is out of step
+		err = fmt.Errorf("message length %d in the ring: stream out of step", n)
+	}
+	switch {
+	case err != nil:
+	case n == uint64(len(b)):
 		err = c.get(ctx, b, n)
-	} else if err == nil {
+	default:
 		if err = c.get(ctx, nil, n); err == nil {
 			err = fmt.Errorf("%w: got a message of %d bytes, want %d (the ranks disagree about the call)", ErrMessageLength, n, len(b))
+		}
+	}
+	if pad := shmPadding(int(n)); pad > 0 && (err == nil || errors.Is(err, ErrMessageLength)) {
+		if perr := c.get(ctx, nil, uint64(pad)); perr != nil {
+			err = perr
 		}
 	}
 	c.rx.publishTail()

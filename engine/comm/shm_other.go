@@ -13,3 +13,12 @@ import (
 func NewSHM(ctx context.Context, cfg SHMConfig) (Transport, error) {
 	return nil, fmt.Errorf("comm: shm: not supported on %s (set NoSHM to use TCP)", runtime.GOOS)
 }
+
+// shmConn exists on Linux only; elsewhere no link is one.
+type shmConn struct{}
+
+func shmLinks([]Conn) []*shmConn { return nil }
+
+func (o *opState) progressAllReduce([]*shmConn, Buffer, Op) error {
+	panic("comm: progressAllReduce without shared-memory links")
+}

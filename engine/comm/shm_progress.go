@@ -1,0 +1,278 @@
+//go:build linux
+
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Non-blocking use of shared-memory links, for an algorithm that drives
+// all its links from one goroutine: it never waits on one link while
+// another could move, and reduces straight out of the ring, so a byte is
+// copied once into the ring and read once out of it, with no goroutine
+// hand-offs in between.
+
+// tryPost writes b as one message if the ring has room for all of it now.
+func (c *shmConn) tryPost(b []byte) (bool, error) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.precheck(context.Background(), c.sendErr); err != nil {
+		return false, c.fail("send", err)
+	}
+	need := uint64(8 + len(b) + shmPadding(len(b)))
+	if c.tx.size-(c.tx.pos-atomic.LoadUint64(c.tx.tail)) < need {
+		return false, nil
+	}
+	linkRaceRelease()
+	binary.LittleEndian.PutUint64(c.sendHdr[:], uint64(len(b)))
+	// The room is there: put copies without waiting.
+	c.put(context.Background(), c.sendHdr[:])
+	c.put(context.Background(), b)
+	c.put(context.Background(), shmZeros[:shmPadding(len(b))])
+	c.tx.publishHead()
+	return true, nil
+}
+
+// peek returns the next message if all of it has arrived: its bytes in
+// the ring, in two parts when it wraps around the end (each part starts
+// 8-byte aligned). They stay valid until consume. want is the length the
+// caller expects; another length is a mismatch.
+func (c *shmConn) peek(want int) (a, b []byte, ok bool, err error) {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	if err := c.precheck(context.Background(), c.recvErr); err != nil {
+		return nil, nil, false, c.fail("recv", err)
+	}
+	r := &c.rx
+	avail := atomic.LoadUint64(r.head) - r.pos
+	if avail < 8 {
+		return nil, nil, false, nil
+	}
+	start := r.pos & r.mask // 8-aligned, so the length never wraps
+	n := binary.LittleEndian.Uint64(r.data[start : start+8])
+	if n != uint64(want) {
+		c.recvErr = ErrLinkBroken // the rest of the stream cannot be trusted
+		return nil, nil, false, c.fail("recv", ErrMessageLength)
+	}
+	if avail < 8+n+uint64(shmPadding(int(n))) {
+		return nil, nil, false, nil
+	}
+	linkRaceAcquire()
+	lo := (start + 8) & r.mask
+	if lo+n <= r.size {
+		return r.data[lo : lo+n], nil, true, nil
+	}
+	return r.data[lo:], r.data[:n-(r.size-lo)], true, nil
+}
+
+// consume frees the message peek returned.
+func (c *shmConn) consume(n int) {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	c.rx.pos += uint64(8 + n + shmPadding(n))
+	c.rx.publishTail()
+}
+
+// shmLinks returns the links as shared-memory ones when every link is.
+func shmLinks(conns []Conn) []*shmConn {
+	out := make([]*shmConn, len(conns))
+	n := 0
+	for i, cn := range conns {
+		if cn == nil {
+			continue
+		}
+		sc, ok := cn.(*shmConn)
+		if !ok {
+			return nil
+		}
+		out[i] = sc
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return out
+}
+
+// idler paces a progress loop that found nothing to do: spin, then yield,
+// then nap, as shmAwait does for one word.
+type idler struct {
+	since time.Time
+	n     int
+}
+
+func (w *idler) reset() { w.n = 0 }
+
+func (w *idler) wait() {
+	if w.n == 0 {
+		w.since = time.Now()
+	}
+	w.n++
+	switch d := time.Since(w.since); {
+	case d < shmSpinFor:
+	case d < shmYieldFor && w.n%2 == 0:
+		runtime.Gosched()
+	case d < shmYieldFor:
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	default:
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// progressAllReduce all-reduces buf in place over shared-memory links
+// (links[j] for every peer j), from one goroutine: rank r streams block j
+// of its buffer to rank j, reduces block r chunk by chunk as every peer's
+// chunk arrives (in rank order r+1, r+2, ..., so the result does not
+// depend on timing), streams each reduced chunk back to every peer at once,
+// and copies the peers' reduced chunks into its blocks as they come.
+func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
+	p, r := o.c.size, o.c.rank
+	for k := 1; k < p; k++ {
+		if err := o.sendHeader((r + k) % p); err != nil {
+			return err
+		}
+	}
+	for k := 1; k < p; k++ {
+		if err := o.recvHeader(o.ctx, (r-k+p)%p); err != nil {
+			return err
+		}
+	}
+	es := buf.dt.Size()
+	q := partition{buf.Len(), p}
+	// A chunk is at most a quarter ring, so that messages stream.
+	cl := max(1, min(o.chunkLen(buf.dt), int(links[(r+1)%p].tx.size)/4/es))
+	chunk := func(j, c int) Buffer {
+		b := q.block(buf, j)
+		return b.Slice(c*cl, min((c+1)*cl, b.Len()))
+	}
+	nch := func(j int) int { return (q.count(j) + cl - 1) / cl }
+	mine := nch(r)
+	sentRaw, sentRed, gotRed := make([]int, p), make([]int, p), make([]int, p)
+	reduced := 0
+	var idle idler
+	for {
+		progress, done := false, reduced == mine
+		for k := 1; k < p; k++ {
+			j := (r + k) % p
+			for sentRaw[j] < nch(j) {
+				ok, err := links[j].tryPost(chunk(j, sentRaw[j]).b)
+				if err != nil {
+					return o.c.peerErr(o.ctx, j, err)
+				}
+				if !ok {
+					break
+				}
+				sentRaw[j]++
+				progress = true
+			}
+			for sentRaw[j] == nch(j) && sentRed[j] < reduced {
+				ok, err := links[j].tryPost(chunk(r, sentRed[j]).b)
+				if err != nil {
+					return o.c.peerErr(o.ctx, j, err)
+				}
+				if !ok {
+					break
+				}
+				sentRed[j]++
+				progress = true
+			}
+			done = done && sentRaw[j] == nch(j) && sentRed[j] == mine && gotRed[j] == nch(j)
+		}
+		// Reduce the next chunk of block r once every peer's part is in.
+		for reduced < mine {
+			dst := chunk(r, reduced)
+			ready := true
+			for k := 1; k < p && ready; k++ {
+				_, _, ok, err := links[(r+k)%p].peek(len(dst.b))
+				if err != nil {
+					return o.c.peerErr(o.ctx, (r+k)%p, err)
+				}
+				ready = ok
+			}
+			if !ready {
+				break
+			}
+			for k := 1; k < p; k++ {
+				j := (r + k) % p
+				a, b, _, _ := links[j].peek(len(dst.b))
+				na := len(a) / es
+				reduceInto(op, dst.Slice(0, na), dst.Slice(0, na), Buffer{b: a, dt: buf.dt})
+				if len(b) > 0 {
+					reduceInto(op, dst.Slice(na, dst.Len()), dst.Slice(na, dst.Len()), Buffer{b: b, dt: buf.dt})
+				}
+				links[j].consume(len(dst.b))
+			}
+			if op == Avg {
+				divide(dst, p)
+			}
+			reduced++
+			progress = true
+		}
+		// Copy in the peers' reduced chunks, behind their raw ones.
+		for k := 1; k < p && reduced == mine; k++ {
+			j := (r - k + p) % p
+			for gotRed[j] < nch(j) {
+				dst := chunk(j, gotRed[j])
+				a, b, ok, err := links[j].peek(len(dst.b))
+				if err != nil {
+					return o.c.peerErr(o.ctx, j, err)
+				}
+				if !ok {
+					break
+				}
+				copy(dst.b, a)
+				copy(dst.b[len(a):], b)
+				links[j].consume(len(dst.b))
+				gotRed[j]++
+				progress = true
+			}
+		}
+		if done {
+			return nil
+		}
+		if progress {
+			idle.reset()
+			continue
+		}
+		if err := o.progressCheck(links, idle.n, func(j int) bool {
+			return (reduced < mine) || gotRed[j] < nch(j)
+		}); err != nil {
+			return err
+		}
+		idle.wait()
+	}
+}
+
+// progressCheck ends an idle progress loop when the operation's context
+// ended (blaming the first peer still owed something) or a peer closed or
+// died; cheap checks every time, the process check every 4096 idle turns.
+func (o *opState) progressCheck(links []*shmConn, turns int, owes func(j int) bool) error {
+	p, r := o.c.size, o.c.rank
+	if o.ctx.Err() != nil {
+		for k := 1; k < p; k++ {
+			if j := (r - k + p) % p; owes(j) {
+				return o.c.peerErr(o.ctx, j, context.Cause(o.ctx))
+			}
+		}
+		return o.c.peerErr(o.ctx, (r+1)%p, context.Cause(o.ctx))
+	}
+	for k := 1; k < p; k++ {
+		j := (r + k) % p
+		lk := links[j]
+		switch {
+		case lk.closed.Load():
+			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrLinkClosed))
+		case atomic.LoadUint64(lk.peerClosed) != 0:
+			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrPeerClosed))
+		case turns%4096 == 4095 && !shmAlive(lk.peerPID):
+			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrPeerGone))
+		}
+	}
+	return nil
+}
