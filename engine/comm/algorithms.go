@@ -9,16 +9,16 @@ import (
 // of the whole buffer (the all-reduce buffer, the reduce-scatter input, the
 // all-gather output): below Options.RingThreshold (64 KiB by default) the
 // latency-optimal one, from it on the bandwidth-optimal ring, or direct
-// (algorithms_direct.go) when all ranks share one host: for all-reduce
-// always (streaming through the shared-memory rings from one goroutine),
-// for reduce-scatter and all-gather up to directMaxBytes when all ranks can
-// read each other's memory. A group that spans hosts with equal ranks per
-// host all-reduces hierarchically (algorithms_hier.go).
+// (algorithms_direct.go: every rank with every other, streamed through the
+// shared-memory rings) when all ranks share one host. A group that spans
+// hosts with equal ranks per host all-reduces hierarchically
+// (algorithms_hier.go). Forcing direct on a group that spans hosts gets
+// the ring.
 //
 //	collective      small (auto)  ring                          rd                          tree                         direct
-//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  streamed through the rings (one host), else reduce-scatter + all-gather
-//	reduce_scatter  rd            ring                          rd all-reduce, keep a block tree all-reduce, keep a block  each rank reduces its block
-//	all_gather      rd            ring                          rd all-reduce of bitwise OR tree all-reduce of OR         each rank copies every block
+//	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  both phases, streamed
+//	reduce_scatter  rd            ring                          rd all-reduce, keep a block tree all-reduce, keep a block  each rank reduces its block, streamed
+//	all_gather      rd            ring                          rd all-reduce of bitwise OR tree all-reduce of OR         every block to every rank, streamed
 //	broadcast       tree          pipelined chain               = tree                      binomial tree                = tree
 //	reduce          tree          ring reduce-scatter + gather  = tree                      binomial tree                = tree
 //	gather/scatter  the root talks to every rank at once; Algorithm is ignored
@@ -29,18 +29,6 @@ import (
 // a power of two), tree 2⌈log2 p⌉(α + nβ). The ring is pipelined in chunks
 // of Options.ChunkBytes, with one goroutine sending and one receiving, so a
 // step's receive and reduction overlap the next send.
-
-// directMaxBytes is where auto stops using direct for reduce-scatter and
-// all-gather on one host. Reading a peer's memory costs a system call and
-// page pinning per read (about 16 GB/s here, against 80 GB/s for a copy in
-// cache), which the direct algorithm's single copy repays only for
-// mid-sized buffers: across two processes on this 2-core machine, reading
-// measured 6.8-10 GB/s bus bandwidth from 64 KiB to 2 MiB, where the ring
-// fell to 0.9 GB/s at 64 KiB; the ring measured 9.3 GB/s at 4 MiB and
-// 8 MiB, reading 7.9 and 6.4. All-reduce on one host streams through the
-// rings instead (shm_progress.go), which beat both at every size: 17.5 GB/s
-// at 64 KiB, 16.4 at 4 MiB, 9 at 64 MiB (gtrain bench collectives).
-const directMaxBytes = 4 << 20
 
 type algorithm uint8
 
@@ -100,13 +88,13 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 		a = algRD
 		if nbytes >= c.opts.RingThreshold {
 			a = algRing
-			switch {
-			case c.local && kind == kAllReduce:
-				a = algDirect // streaming through the rings (shm_progress.go)
-			case c.direct && nbytes < directMaxBytes && (kind == kReduceScatter || kind == kAllGather):
+			if c.local && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
 				a = algDirect
 			}
 		}
+	}
+	if a == algDirect && !c.local {
+		a = algRing // direct needs every peer on this host
 	}
 	if (a == algRD || a == algDirect) && (kind == kBroadcast || kind == kReduce) {
 		a = algTree

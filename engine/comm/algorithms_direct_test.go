@@ -11,9 +11,8 @@ import (
 )
 
 // shmWorld connects p goroutine ranks through Connect with the given host
-// ids (all "" = one host: shared memory; otherwise TCP between hosts);
-// noCMA(r) turns off direct reads for rank r.
-func shmWorld(t *testing.T, hosts []string, noCMA func(r int) bool, opts Options) []*Communicator {
+// ids (all "" = one host: shared memory; otherwise TCP between hosts).
+func shmWorld(t *testing.T, hosts []string, opts Options) []*Communicator {
 	t.Helper()
 	p := len(hosts)
 	store := newTPMemStore()
@@ -25,7 +24,7 @@ func shmWorld(t *testing.T, hosts []string, noCMA func(r int) bool, opts Options
 		trs[r], err = Connect(t.Context(), BootstrapConfig{
 			Rank: r, Size: p, Store: store, Secret: tpSecret, Prefix: "job/0", HostID: hosts[r],
 			TCP: TCPConfig{Bind: "127.0.0.1:0", Advertise: "127.0.0.1", DialTimeout: 5 * time.Second},
-			SHM: SHMConfig{Dir: dir, RingBytes: 64 << 10, NoCMA: noCMA(r)},
+			SHM: SHMConfig{Dir: dir, RingBytes: 64 << 10},
 		})
 		if err != nil {
 			return err
@@ -44,71 +43,62 @@ func shmWorld(t *testing.T, hosts []string, noCMA func(r int) bool, opts Options
 
 func sameHost(p int) []string { return make([]string, p) }
 
-// TestDirectOverSHM runs the correctness matrix with the direct algorithms
-// over real shared-memory links: every link reading the peer's memory, no
-// link reading (all pushed through the rings), and a mix; and across two
-// "hosts", where the TCP links push.
+// TestDirectOverSHM runs the correctness matrix with the direct
+// (streaming) algorithms over real shared-memory links, with a ring small
+// enough that messages wrap around it; across two "hosts" direct falls
+// back to the ring.
 func TestDirectOverSHM(t *testing.T) {
-	if !cmaUsable() {
-		t.Logf("cross-memory attach unavailable here (%v): links push instead", cmaProbe())
-	}
-	never := func(int) bool { return false }
-	cases := []struct {
+	for _, tc := range []struct {
 		name  string
 		hosts []string
-		noCMA func(int) bool
 	}{
-		{"read/p2", sameHost(2), never},
-		{"read/p3", sameHost(3), never},
-		{"read/p5", sameHost(5), never},
-		{"push/p3", sameHost(3), func(int) bool { return true }},
-		{"mixed/p4", sameHost(4), func(r int) bool { return r == 2 }},
-		{"two-hosts/p4", []string{"a", "a", "b", "b"}, never},
-	}
-	for _, tc := range cases {
+		{"p2", sameHost(2)},
+		{"p3", sameHost(3)},
+		{"p5", sameHost(5)},
+		{"two-hosts/p4", []string{"a", "a", "b", "b"}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			comms := shmWorld(t, tc.hosts, tc.noCMA, Options{Algorithm: "direct", ChunkBytes: 1024, Timeout: 20 * time.Second})
+			comms := shmWorld(t, tc.hosts, Options{Algorithm: "direct", ChunkBytes: 1024, Timeout: 20 * time.Second})
 			runMatrix(t, comms)
 		})
 	}
 }
 
-// TestAutoPicksDirectOnOneHost: on one host, auto all-reduces from 64 KiB
-// by streaming through the rings, and reduce-scatters and all-gathers
-// reading peers' memory up to 4 MiB where every process can; the ring
-// otherwise, and across hosts.
+// TestAutoPicksDirectOnOneHost: on one host, auto streams all-reduce,
+// reduce-scatter and all-gather from 64 KiB; across hosts it uses the ring
+// (all-reduce: hierarchical where the shape allows, see TestHierarchical).
 func TestAutoPicksDirectOnOneHost(t *testing.T) {
-	never := func(int) bool { return false }
 	for _, tc := range []struct {
 		name  string
 		hosts []string
-		noCMA func(int) bool
 		kind  opKind
 		bytes int
 		want  algorithm
 	}{
-		{"all_reduce 1 KiB", sameHost(2), never, kAllReduce, 1 << 10, algRD},
-		{"all_reduce 1 MiB", sameHost(2), never, kAllReduce, 1 << 20, algDirect},
-		{"all_reduce 64 MiB", sameHost(2), never, kAllReduce, 64 << 20, algDirect},
-		{"all_reduce 1 MiB, no CMA", sameHost(3), func(r int) bool { return r == 1 }, kAllReduce, 1 << 20, algDirect},
-		{"reduce_scatter 1 MiB", sameHost(2), never, kReduceScatter, 1 << 20, algDirect},
-		{"all_gather 64 MiB", sameHost(2), never, kAllGather, 64 << 20, algRing},
-		{"reduce_scatter 1 MiB, no CMA", sameHost(3), func(r int) bool { return r == 1 }, kReduceScatter, 1 << 20, algRing},
-		{"broadcast 1 MiB", sameHost(2), never, kBroadcast, 1 << 20, algRing},
-		{"all_reduce 1 MiB, two hosts", []string{"a", "a", "b"}, never, kAllReduce, 1 << 20, algRing},
+		{"all_reduce 1 KiB", sameHost(2), kAllReduce, 1 << 10, algRD},
+		{"all_reduce 1 MiB", sameHost(2), kAllReduce, 1 << 20, algDirect},
+		{"all_reduce 64 MiB", sameHost(3), kAllReduce, 64 << 20, algDirect},
+		{"reduce_scatter 1 MiB", sameHost(2), kReduceScatter, 1 << 20, algDirect},
+		{"all_gather 64 MiB", sameHost(2), kAllGather, 64 << 20, algDirect},
+		{"broadcast 1 MiB", sameHost(2), kBroadcast, 1 << 20, algRing},
+		{"all_reduce 1 MiB, two hosts", []string{"a", "a", "b"}, kAllReduce, 1 << 20, algRing},
 	} {
-		for r, c := range shmWorld(t, tc.hosts, tc.noCMA, Options{}) {
+		for r, c := range shmWorld(t, tc.hosts, Options{}) {
 			if got := c.pick(tc.kind, tc.bytes); got != tc.want {
 				t.Errorf("%s: rank %d picks %v, want %v", tc.name, r, got, tc.want)
 			}
 		}
+	}
+	forced := shmWorld(t, []string{"a", "b"}, Options{Algorithm: "direct"})
+	if got := forced[0].pick(kAllReduce, 1<<20); got != algRing {
+		t.Errorf("direct forced across hosts: %v, want ring", got)
 	}
 }
 
 // TestDirectPeerDeath: a rank that stops answering in the middle of a
 // direct all-reduce is reported by rank, within the timeout.
 func TestDirectPeerDeath(t *testing.T) {
-	comms := shmWorld(t, sameHost(3), func(int) bool { return false }, Options{Timeout: 2 * time.Second})
+	comms := shmWorld(t, sameHost(3), Options{Timeout: 2 * time.Second})
 	errs := onAll(2, func(r int) error {
 		return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1<<18), Sum)
 	})
@@ -128,7 +118,6 @@ func TestDirectPeerDeath(t *testing.T) {
 // enough that every all-reduce of 64 bytes or more is hierarchical, and
 // checks which groups got the two levels.
 func TestHierarchical(t *testing.T) {
-	never := func(int) bool { return false }
 	cases := []struct {
 		name  string
 		hosts []string
@@ -142,7 +131,7 @@ func TestHierarchical(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			comms := shmWorld(t, tc.hosts, never, Options{RingThreshold: 64, ChunkBytes: 1024, Timeout: 20 * time.Second})
+			comms := shmWorld(t, tc.hosts, Options{RingThreshold: 64, ChunkBytes: 1024, Timeout: 20 * time.Second})
 			runMatrix(t, comms)
 			for r, c := range comms {
 				if got := c.hier != nil && c.hier.local != nil; got != tc.hier {
@@ -166,7 +155,7 @@ func TestHierarchical(t *testing.T) {
 // TestHierarchicalMismatch: a rank that all-reduces another count is
 // reported, not waited for.
 func TestHierarchicalMismatch(t *testing.T) {
-	comms := shmWorld(t, []string{"a", "a", "b", "b"}, func(int) bool { return false }, Options{RingThreshold: 64, Timeout: 5 * time.Second})
+	comms := shmWorld(t, []string{"a", "a", "b", "b"}, Options{RingThreshold: 64, Timeout: 5 * time.Second})
 	mustAll(t, 4, func(r int) error { return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1000), Sum) })
 	errs := onAll(4, func(r int) error {
 		n := 1000
@@ -192,7 +181,7 @@ func TestHierarchicalMismatch(t *testing.T) {
 // TestStreamingPeerCloses: a rank whose communicator closes in the middle
 // of a streaming all-reduce makes its peers fail at once, naming it.
 func TestStreamingPeerCloses(t *testing.T) {
-	comms := shmWorld(t, sameHost(3), func(int) bool { return false }, Options{Timeout: 20 * time.Second})
+	comms := shmWorld(t, sameHost(3), Options{Timeout: 20 * time.Second})
 	start := time.Now()
 	errs := onAll(3, func(r int) error {
 		if r == 2 {

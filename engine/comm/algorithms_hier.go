@@ -21,23 +21,6 @@ import (
 // its header to the next rank and checks the previous one's, so mismatched
 // calls are reported as in the flat algorithms.
 
-// allLinksLocal reports whether every link reaches a rank on this host. In
-// a group either all ranks share a host or each has a peer on another, so
-// every rank of a group gets the same answer.
-func allLinksLocal(conns []Conn) bool {
-	n := 0
-	for _, cn := range conns {
-		if cn == nil {
-			continue
-		}
-		if _, ok := cn.(peerReader); !ok {
-			return false
-		}
-		n++
-	}
-	return n > 0
-}
-
 // hierarchy is the two-level view of a group; the zero value means the
 // group is not hierarchical (one host, one rank per host, or hosts with
 // different numbers of ranks).
@@ -77,7 +60,7 @@ func (c *Communicator) hierarchical(ctx context.Context, nbytes int) (*hierarchy
 func (c *Communicator) setupHierarchy(ctx context.Context) (*hierarchy, error) {
 	mine := []int{c.rank} // this rank and the peers its links say share its host
 	for j, cn := range c.conns {
-		if _, ok := cn.(peerReader); ok && j != c.rank {
+		if isLocal(cn) && j != c.rank {
 			mine = append(mine, j)
 		}
 	}

@@ -35,7 +35,7 @@ var (
 // its address (host:port for TCP, pid for shared memory).
 type LinkError struct {
 	Transport string // "tcp" or "shm"
-	Op        string // "connect", "send", "recv", "read" (of peer memory)
+	Op        string // "connect", "send", "recv"
 	Peer      int    // peer rank
 	Addr      string // peer address, may be empty
 	Err       error
@@ -48,7 +48,7 @@ func (e *LinkError) Error() string {
 	switch e.Op {
 	case "send":
 		dir = "to"
-	case "recv", "read":
+	case "recv":
 		dir = "from"
 	}
 	addr := ""

@@ -62,7 +62,6 @@ type Communicator struct {
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
 	local      bool       // every link reaches a rank on this host
-	direct     bool       // every link reads its peer's memory (auto picks direct)
 	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
 
 	mu          sync.Mutex
@@ -146,8 +145,9 @@ func (c *Communicator) connect(ctx context.Context) error {
 		c.closeConns()
 		return &OpError{Comm: c.opts.Name, Rank: c.rank, Op: "connect", Seq: -1, Err: err}
 	}
-	c.local = allLinksLocal(c.conns)
-	c.direct = allLinksRead(c.conns)
+	// In a group either all ranks share a host or each has a peer on
+	// another, so every rank of a group gets the same answer.
+	c.local = shmLinks(c.conns) != nil
 	return nil
 }
 

@@ -9,9 +9,12 @@ import "sync/atomic"
 // shared-memory mapping at all, and over sockets the syscall package
 // releases its ioSync only after write returns, so a fast reader can
 // acquire before the writer has released (a false report when ranks of a
-// test share one process). Links release before any byte of a message
-// can be seen, and acquire as soon as they see its length, before they
-// write into the receiver's buffer. Like ioSync it is one word for the
+// test share one process). A shared-memory link releases before each
+// publication of bytes (after it copied them from the sender's buffer) and
+// acquires after each sighting of new bytes (before it copies them into
+// the receiver's); a TCP link releases before it writes (the kernel's read
+// of the buffer is invisible to the detector) and acquires after it read a
+// message's length, before it writes into the receiver's buffer. Like ioSync it is one word for the
 // whole process, so it also orders calls across links (a message's reply,
 // sent on another link, follows it); it exists only in -race builds.
 var linkRaceSync atomic.Uint64

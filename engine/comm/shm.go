@@ -137,7 +137,7 @@ func (t *shmTransport) create(ctx context.Context, id linkID) (mem []byte, err e
 	if err != nil {
 		return nil, fmt.Errorf("map segment %s: %w", path, err)
 	}
-	shmInitHeader(mem, t.cfg.RingBytes, t.cfg.Rank, id.peer, t.cfg.NoCMA)
+	shmInitHeader(mem, t.cfg.RingBytes, t.cfg.Rank, id.peer)
 	if err := t.cfg.Store.Set(ctx, t.pairKey(id), []byte(name)); err != nil {
 		unix.Munmap(mem)
 		return nil, fmt.Errorf("publish segment name: %w", err)
@@ -184,7 +184,6 @@ func (t *shmTransport) open(ctx context.Context, id linkID) ([]byte, error) {
 		return nil, fmt.Errorf("segment %s: %w", path, err)
 	}
 	atomic.StoreUint64(shmWord(mem, shmOffPID+shmSideStride), uint64(os.Getpid()))
-	shmRecordCMA(mem, 1, t.cfg.NoCMA)
 	mapped := shmWord(mem, shmOffMapped)
 	atomic.StoreUint64(mapped, 1)
 	shmFutexWake(mapped, 1)

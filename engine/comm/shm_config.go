@@ -22,10 +22,6 @@ type SHMConfig struct {
 	// power of two, at least 4 KiB (default 1 MiB). Longer messages stream
 	// through it.
 	RingBytes int
-	// NoCMA keeps this rank from reading its peers' memory directly
-	// (process_vm_readv; see shm_cma.go): the direct algorithms then push
-	// through the rings instead. GTRAIN_COMM_NO_CMA=1 does the same.
-	NoCMA bool
 }
 
 func (c SHMConfig) withDefaults() (SHMConfig, error) {

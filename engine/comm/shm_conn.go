@@ -62,11 +62,10 @@ func shmSegmentSize(ring int) int { return shmHeaderBytes + 2*ring }
 
 func shmWord(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
 
-func shmInitHeader(mem []byte, ring, lo, hi int, noCMA bool) {
+func shmInitHeader(mem []byte, ring, lo, hi int) {
 	atomic.StoreUint64(shmWord(mem, shmOffRing), uint64(ring))
 	atomic.StoreUint64(shmWord(mem, shmOffRanks), uint64(lo)<<32|uint64(hi))
 	atomic.StoreUint64(shmWord(mem, shmOffPID), uint64(os.Getpid()))
-	shmRecordCMA(mem, 0, noCMA)
 	atomic.StoreUint64(shmWord(mem, shmOffMagic), shmMagic)
 }
 
@@ -116,6 +115,7 @@ func (r *shmRing) publishHead() {
 	if r.pos == r.pub {
 		return
 	}
+	linkRaceRelease() // after the bytes were read from the sender's buffer: see link_race.go
 	atomic.StoreUint64(r.head, r.pos)
 	r.pub = r.pos
 	if atomic.LoadUint64(r.readerWait) != 0 {
@@ -150,7 +150,6 @@ type shmConn struct {
 	tx, rx     shmRing
 	ownClosed  *uint64
 	peerClosed *uint64
-	cma        bool // both sides can read the other's memory (shm_cma.go)
 	sendHdr    [8]byte
 	recvHdr    [8]byte
 	sendErr    error // sticky; under sendMu
@@ -176,8 +175,6 @@ func newSHMConn(mem []byte, peer int, higher bool) *shmConn {
 		rx:         newSHMRing(mem, 1-side, size),
 		ownClosed:  shmWord(mem, shmOffClosed+side*shmSideStride),
 		peerClosed: shmWord(mem, shmOffClosed+(1-side)*shmSideStride),
-		cma: atomic.LoadUint64(shmWord(mem, shmOffCMA)) == 1 &&
-			atomic.LoadUint64(shmWord(mem, shmOffCMA+shmSideStride)) == 1,
 	}
 }
 
@@ -198,7 +195,6 @@ func (c *shmConn) Send(ctx context.Context, b []byte) error {
 		return c.fail("send", err)
 	}
 	start := c.tx.pos
-	linkRaceRelease() // before the peer can see any of the message: see link_race.go
 	binary.LittleEndian.PutUint64(c.sendHdr[:], uint64(len(b)))
 	err := c.put(ctx, c.sendHdr[:])
 	if err == nil {
@@ -227,7 +223,6 @@ func (c *shmConn) Recv(ctx context.Context, b []byte) error {
 	}
 	start := c.rx.pos
 	err := c.get(ctx, c.recvHdr[:], 8)
-	linkRaceAcquire() // before b is written
 	n := binary.LittleEndian.Uint64(c.recvHdr[:])
 	if n > c.rx.size<<20 { // a length no Send writes: the stream is out of step
 		err = fmt.Errorf("message length %d in the ring: stream out of step", n)
@@ -307,6 +302,7 @@ func (c *shmConn) get(ctx context.Context, p []byte, n uint64) error {
 			}
 			continue
 		}
+		linkRaceAcquire() // before the bytes are written into the receiver's buffer
 		k := min(avail, n, r.chunk)
 		if p != nil {
 			m := copy(p[:k], r.data[r.pos&r.mask:])

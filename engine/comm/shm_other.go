@@ -15,10 +15,18 @@ func NewSHM(ctx context.Context, cfg SHMConfig) (Transport, error) {
 }
 
 // shmConn exists on Linux only; elsewhere no link is one.
-type shmConn struct{}
+type shmConn struct{ Conn }
 
 func shmLinks([]Conn) []*shmConn { return nil }
 
 func (o *opState) progressAllReduce([]*shmConn, Buffer, Op) error {
-	panic("comm: progressAllReduce without shared-memory links")
+	panic("comm: streaming without shared-memory links")
+}
+
+func (o *opState) progressReduceScatter([]*shmConn, Buffer, Buffer, Op) error {
+	panic("comm: streaming without shared-memory links")
+}
+
+func (o *opState) progressAllGather([]*shmConn, Buffer, Buffer) error {
+	panic("comm: streaming without shared-memory links")
 }

@@ -29,7 +29,6 @@ func (c *shmConn) tryPost(b []byte) (bool, error) {
 	if c.tx.size-(c.tx.pos-atomic.LoadUint64(c.tx.tail)) < need {
 		return false, nil
 	}
-	linkRaceRelease()
 	binary.LittleEndian.PutUint64(c.sendHdr[:], uint64(len(b)))
 	// The room is there: put copies without waiting.
 	c.put(context.Background(), c.sendHdr[:])
@@ -125,13 +124,49 @@ func (w *idler) wait() {
 	}
 }
 
-// progressAllReduce all-reduces buf in place over shared-memory links
-// (links[j] for every peer j), from one goroutine: rank r streams block j
-// of its buffer to rank j, reduces block r chunk by chunk as every peer's
-// chunk arrives (in rank order r+1, r+2, ..., so the result does not
-// depend on timing), streams each reduced chunk back to every peer at once,
-// and copies the peers' reduced chunks into its blocks as they come.
+// A streamed collective moves data in up to two phases per link, in this
+// order on the wire. In: rank r sends its contribution to block j to rank
+// j, and reduces block r chunk by chunk as every peer's chunk arrives (in
+// rank order r+1, r+2, ..., so the result does not depend on timing). Out:
+// rank r sends its finished block to every peer (each chunk as soon as it
+// is finished), and copies each peer's into place as it comes.
+type stream struct {
+	dt      DType
+	q       partition          // the blocks
+	contrib func(j int) Buffer // this rank's contribution to block j; nil: no in phase
+	acc     Buffer             // block r, holding this rank's own contribution, reduced in place
+	op      Op
+	fin     Buffer             // what this rank sends in the out phase
+	dst     func(j int) Buffer // where rank j's finished block goes; nil: no out phase
+}
+
+// progressAllReduce all-reduces buf in place: both phases, the reduced
+// block r going out chunk by chunk as it is reduced.
 func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
+	q := partition{buf.Len(), o.c.size}
+	at := func(j int) Buffer { return q.block(buf, j) }
+	mine := at(o.c.rank)
+	return o.progress(links, stream{dt: buf.dt, q: q, contrib: at, acc: mine, op: op, fin: mine, dst: at})
+}
+
+// progressReduceScatter leaves block r of the reduction of in in out (which
+// may be in's block r): the in phase only.
+func (o *opState) progressReduceScatter(links []*shmConn, in, out Buffer, op Op) error {
+	q := partition{in.Len(), o.c.size}
+	copyInto(out, q.block(in, o.c.rank))
+	return o.progress(links, stream{dt: in.dt, q: q, contrib: func(j int) Buffer { return q.block(in, j) }, acc: out, op: op})
+}
+
+// progressAllGather fills out with every rank's block from send (which may
+// be out's block r, already in place): the out phase only.
+func (o *opState) progressAllGather(links []*shmConn, send, out Buffer) error {
+	q := partition{out.Len(), o.c.size}
+	return o.progress(links, stream{dt: out.dt, q: q, fin: send, dst: func(j int) Buffer { return q.block(out, j) }})
+}
+
+// progress runs a streamed collective over shared-memory links (links[j]
+// for every peer j) from one goroutine.
+func (o *opState) progress(links []*shmConn, s stream) error {
 	p, r := o.c.size, o.c.rank
 	for k := 1; k < p; k++ {
 		if err := o.sendHeader((r + k) % p); err != nil {
@@ -143,50 +178,57 @@ func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
 			return err
 		}
 	}
-	es := buf.dt.Size()
-	q := partition{buf.Len(), p}
+	es := s.dt.Size()
 	// A chunk is at most a quarter ring, so that messages stream.
-	cl := max(1, min(o.chunkLen(buf.dt), int(links[(r+1)%p].tx.size)/4/es))
-	chunk := func(j, c int) Buffer {
-		b := q.block(buf, j)
-		return b.Slice(c*cl, min((c+1)*cl, b.Len()))
-	}
-	nch := func(j int) int { return (q.count(j) + cl - 1) / cl }
+	cl := max(1, min(o.chunkLen(s.dt), int(links[(r+1)%p].tx.size)/4/es))
+	chunk := func(b Buffer, c int) Buffer { return b.Slice(c*cl, min((c+1)*cl, b.Len())) }
+	nch := func(j int) int { return (s.q.count(j) + cl - 1) / cl }
+	in, out := s.contrib != nil, s.dst != nil
 	mine := nch(r)
-	sentRaw, sentRed, gotRed := make([]int, p), make([]int, p), make([]int, p)
-	reduced := 0
+	reduced := mine // chunks of block r finished
+	if in {
+		reduced = 0
+	}
+	sentIn, sentOut, gotOut := make([]int, p), make([]int, p), make([]int, p)
 	var idle idler
+	post := func(j int, b Buffer) (bool, error) {
+		ok, err := links[j].tryPost(b.b)
+		if err != nil {
+			return false, o.c.peerErr(o.ctx, j, err)
+		}
+		return ok, nil
+	}
 	for {
 		progress, done := false, reduced == mine
 		for k := 1; k < p; k++ {
 			j := (r + k) % p
-			for sentRaw[j] < nch(j) {
-				ok, err := links[j].tryPost(chunk(j, sentRaw[j]).b)
+			for in && sentIn[j] < nch(j) {
+				ok, err := post(j, chunk(s.contrib(j), sentIn[j]))
 				if err != nil {
-					return o.c.peerErr(o.ctx, j, err)
+					return err
 				}
 				if !ok {
 					break
 				}
-				sentRaw[j]++
+				sentIn[j]++
 				progress = true
 			}
-			for sentRaw[j] == nch(j) && sentRed[j] < reduced {
-				ok, err := links[j].tryPost(chunk(r, sentRed[j]).b)
+			for out && (!in || sentIn[j] == nch(j)) && sentOut[j] < reduced {
+				ok, err := post(j, chunk(s.fin, sentOut[j]))
 				if err != nil {
-					return o.c.peerErr(o.ctx, j, err)
+					return err
 				}
 				if !ok {
 					break
 				}
-				sentRed[j]++
+				sentOut[j]++
 				progress = true
 			}
-			done = done && sentRaw[j] == nch(j) && sentRed[j] == mine && gotRed[j] == nch(j)
+			done = done && (!in || sentIn[j] == nch(j)) && (!out || sentOut[j] == mine && gotOut[j] == nch(j))
 		}
 		// Reduce the next chunk of block r once every peer's part is in.
 		for reduced < mine {
-			dst := chunk(r, reduced)
+			dst := chunk(s.acc, reduced)
 			ready := true
 			for k := 1; k < p && ready; k++ {
 				_, _, ok, err := links[(r+k)%p].peek(len(dst.b))
@@ -202,23 +244,23 @@ func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
 				j := (r + k) % p
 				a, b, _, _ := links[j].peek(len(dst.b))
 				na := len(a) / es
-				reduceInto(op, dst.Slice(0, na), dst.Slice(0, na), Buffer{b: a, dt: buf.dt})
+				reduceInto(s.op, dst.Slice(0, na), dst.Slice(0, na), Buffer{b: a, dt: s.dt})
 				if len(b) > 0 {
-					reduceInto(op, dst.Slice(na, dst.Len()), dst.Slice(na, dst.Len()), Buffer{b: b, dt: buf.dt})
+					reduceInto(s.op, dst.Slice(na, dst.Len()), dst.Slice(na, dst.Len()), Buffer{b: b, dt: s.dt})
 				}
 				links[j].consume(len(dst.b))
 			}
-			if op == Avg {
+			if s.op == Avg {
 				divide(dst, p)
 			}
 			reduced++
 			progress = true
 		}
-		// Copy in the peers' reduced chunks, behind their raw ones.
-		for k := 1; k < p && reduced == mine; k++ {
+		// Copy in the peers' finished chunks, behind their in-phase ones.
+		for k := 1; k < p && out && reduced == mine; k++ {
 			j := (r - k + p) % p
-			for gotRed[j] < nch(j) {
-				dst := chunk(j, gotRed[j])
+			for gotOut[j] < nch(j) {
+				dst := chunk(s.dst(j), gotOut[j])
 				a, b, ok, err := links[j].peek(len(dst.b))
 				if err != nil {
 					return o.c.peerErr(o.ctx, j, err)
@@ -229,7 +271,7 @@ func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
 				copy(dst.b, a)
 				copy(dst.b[len(a):], b)
 				links[j].consume(len(dst.b))
-				gotRed[j]++
+				gotOut[j]++
 				progress = true
 			}
 		}
@@ -241,7 +283,7 @@ func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
 			continue
 		}
 		if err := o.progressCheck(links, idle.n, func(j int) bool {
-			return (reduced < mine) || gotRed[j] < nch(j)
+			return reduced < mine || out && gotOut[j] < nch(j)
 		}); err != nil {
 			return err
 		}
