@@ -5,6 +5,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -40,11 +41,16 @@ func (c *shmConn) tryPost(b []byte) (bool, error) {
 
 // peek returns the next message if all of it has arrived: its bytes in
 // the ring, in two parts when it wraps around the end (each part starts
-// 8-byte aligned). They stay valid until consume. want is the length the
-// caller expects; another length is a mismatch.
+// 8-byte aligned). want is the length the caller expects; another length
+// is a mismatch. When ok, the link stays locked, so that Close cannot unmap
+// the ring under the caller, until consume or unpeek.
 func (c *shmConn) peek(want int) (a, b []byte, ok bool, err error) {
 	c.recvMu.Lock()
-	defer c.recvMu.Unlock()
+	defer func() {
+		if !ok {
+			c.recvMu.Unlock()
+		}
+	}()
 	if err := c.precheck(context.Background(), c.recvErr); err != nil {
 		return nil, nil, false, c.fail("recv", err)
 	}
@@ -70,12 +76,31 @@ func (c *shmConn) peek(want int) (a, b []byte, ok bool, err error) {
 	return r.data[lo:], r.data[:n-(r.size-lo)], true, nil
 }
 
-// consume frees the message peek returned.
+// consume frees the message peek returned, and unlocks the link.
 func (c *shmConn) consume(n int) {
-	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
 	c.rx.pos += uint64(8 + n + shmPadding(n))
 	c.rx.publishTail()
+}
+
+// unpeek unlocks the link after a peek that found a message, leaving the
+// message in place.
+func (c *shmConn) unpeek() { c.recvMu.Unlock() }
+
+// status reports why the link cannot go on: closed at either end, or
+// (when checkPeer) the peer process gone.
+func (c *shmConn) status(checkPeer bool) error {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	switch {
+	case c.closed.Load():
+		return ErrLinkClosed
+	case atomic.LoadUint64(c.peerClosed) != 0:
+		return ErrPeerClosed
+	case checkPeer && !shmAlive(c.peerPID):
+		return ErrPeerGone
+	}
+	return nil
 }
 
 // shmLinks returns the links as shared-memory ones when every link is.
@@ -235,6 +260,9 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 				if err != nil {
 					return o.c.peerErr(o.ctx, (r+k)%p, err)
 				}
+				if ok {
+					links[(r+k)%p].unpeek()
+				}
 				ready = ok
 			}
 			if !ready {
@@ -242,7 +270,10 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 			}
 			for k := 1; k < p; k++ {
 				j := (r + k) % p
-				a, b, _, _ := links[j].peek(len(dst.b))
+				a, b, ok, err := links[j].peek(len(dst.b))
+				if !ok { // only Close can take a waiting message away
+					return o.c.peerErr(o.ctx, j, errors.Join(err, ErrLinkClosed))
+				}
 				na := len(a) / es
 				reduceInto(s.op, dst.Slice(0, na), dst.Slice(0, na), Buffer{b: a, dt: s.dt})
 				if len(b) > 0 {
@@ -306,14 +337,8 @@ func (o *opState) progressCheck(links []*shmConn, turns int, owes func(j int) bo
 	}
 	for k := 1; k < p; k++ {
 		j := (r + k) % p
-		lk := links[j]
-		switch {
-		case lk.closed.Load():
-			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrLinkClosed))
-		case atomic.LoadUint64(lk.peerClosed) != 0:
-			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrPeerClosed))
-		case turns%4096 == 4095 && !shmAlive(lk.peerPID):
-			return o.c.peerErr(o.ctx, j, lk.fail("recv", ErrPeerGone))
+		if err := links[j].status(turns%4096 == 4095); err != nil {
+			return o.c.peerErr(o.ctx, j, links[j].fail("recv", err))
 		}
 	}
 	return nil
