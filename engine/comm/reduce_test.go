@@ -117,19 +117,11 @@ func TestBor(t *testing.T) {
 	}
 }
 
-// BenchmarkReduceSum measures dst = a + b. The bytes per second it reports
-// are the bytes of dst reduced; the memory traffic is three times that
-// (two reads and a write). On the 2-core development VM (go1.26, amd64),
-// in GB/s:
-//
-//	        4 KiB   1 MiB   16 MiB
-//	f32     15.5    15.2    12.4    memory speed from 1 MiB up
-//	bf16     1.4     1.4     1.4    scalar widen/round bound
-//	f16      0.64    0.64    0.61   scalar widen/round bound
-//
-// The 16-bit kernels spend their time converting (BenchmarkConvert): the
-// gc compiler does not vectorise, so reaching memory speed there needs
-// assembly (VCVTPH2PS/VCVTPS2PH for f16, shifts and VPADDD for bf16).
+// BenchmarkReduceSum measures dst = a + b through reduceInto, with the
+// kernel level this CPU gets. The bytes per second it reports are the
+// bytes of dst reduced; the memory traffic is three times that (two reads
+// and a write). Per-level figures, SIMD against the Go loops, are in the
+// comment on the kernels in reduce.go (BenchmarkKernelReduce).
 func BenchmarkReduceSum(b *testing.B) {
 	for _, dt := range testDTypes {
 		for _, size := range []int{4 << 10, 1 << 20, 16 << 20} {
