@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo test deps vet fuzz
+.PHONY: build demo test deps vet fuzz bench-collectives
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -28,6 +28,7 @@ demo: deps build
 vet:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags purego ./engine/comm
 
 # A short coverage-guided run of each parser fuzzer on top of the kept corpus.
 fuzz:
@@ -38,3 +39,8 @@ fuzz:
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# gtrain's all-reduce against Open MPI and PyTorch gloo on this machine,
+# interleaved, 5 runs (installs openmpi-bin, libopenmpi-dev, python3-torch).
+bench-collectives: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives.sh --install 5
