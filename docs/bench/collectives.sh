@@ -325,8 +325,9 @@ def f_ratio(a, b):
 nruns = {p: len({r for s in v.values() for r in s}) for p, v in times.items()}
 spread = {}  # column -> [(max/min of per-run medians, size)], to show how noisy a run was
 print("| size | gtrain time µs | busbw GB/s | Open MPI time µs | busbw | gloo time µs | busbw "
-      "| gtrain busbw / OMPI | gtrain busbw / gloo | gtrain time / OMPI time | OMPI copy |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| gtrain busbw / OMPI | gtrain busbw / gloo | gtrain time / OMPI time | OMPI copy "
+      "| gtrain busbw / OMPI default (cma) |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 size = lo
 while size <= hi:
     g, gl = med("gtrain", size), med("gloo", size)
@@ -341,7 +342,7 @@ while size <= hi:
             spread.setdefault(col, []).append((max(runs) / min(runs), size))
     print(f"| {size_name(size)} | {f_time('gtrain', g, size)} | {f_bw(size, g)} "
           f"| {f_time('ompi-' + oc, o, size)} | {f_bw(size, o)} | {f_time('gloo', gl, size)} | {f_bw(size, gl)} "
-          f"| {f_ratio(o, g)} | {f_ratio(gl, g)} | {f_ratio(g, o)} | {oc} |")
+          f"| {f_ratio(o, g)} | {f_ratio(gl, g)} | {f_ratio(g, o)} | {oc} | {f_ratio(med('ompi-cma', size), g)} |")
     size *= 2
 print()
 print("Medians over runs of each run's median time; runs per library: "
