@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -105,7 +106,7 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
 	f.IntVar(&o.Iters, "iters", 0, "timed iterations per size (0: from the size, 20 to 1000)")
 	f.IntVar(&o.Warmup, "warmup", -1, "untimed iterations per size first (-1: a tenth of the iterations, at least 5)")
 	f.BoolVar(&o.Check, "check", true, "check every result against a reference reduction (#wrong column)")
-	f.StringVar(&o.Algorithm, "algorithm", "auto", "force an algorithm: auto, ring, rd (recursive doubling) or tree")
+	f.StringVar(&o.Algorithm, "algorithm", "auto", "force an algorithm: auto, ring, rd (recursive doubling), tree, or direct (all ranks on one host)")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "fail, naming the peer, when one operation takes longer")
 	f.StringVarP(&o.Output, "output", "o", "text", "text (a table per collective) or json (one document, from rank 0)")
 	return cmd
@@ -155,8 +156,8 @@ func (o *BenchOptions) config() (commbench.Config, error) {
 	case o.Output != "text" && o.Output != "json":
 		return cfg, usage(fmt.Errorf("--output %q: want text or json", o.Output))
 	}
-	if !slices.Contains([]string{"auto", "ring", "rd", "tree"}, o.Algorithm) {
-		return cfg, usage(fmt.Errorf("--algorithm %q: want auto, ring, rd or tree", o.Algorithm))
+	if !slices.Contains([]string{"auto", "ring", "rd", "tree", "direct"}, o.Algorithm) {
+		return cfg, usage(fmt.Errorf("--algorithm %q: want auto, ring, rd, tree or direct", o.Algorithm))
 	}
 	return cfg, nil
 }
@@ -221,7 +222,7 @@ func benchLaunch(ctx context.Context, o *BenchOptions) error {
 // everything else to the lines view.
 type reportView struct {
 	status.View
-	out interface{ Write([]byte) (int, error) }
+	out io.Writer
 	err error
 }
 
