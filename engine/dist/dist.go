@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/rendezvous"
@@ -114,7 +116,7 @@ type Options struct {
 // job must call Init; it fails after Options.Comm.Timeout (default 60 s)
 // naming the ranks that did not come.
 func Init(ctx context.Context, env Env, opts Options) (*World, error) {
-	st, err := rendezvous.Dial(ctx, env.StoreAddr, env.Secret)
+	st, err := dialStore(ctx, env, opts.Comm.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("dist: rank %d: reach the job's store: %w", env.Rank, err)
 	}
@@ -152,6 +154,30 @@ func Init(ctx context.Context, env Env, opts Options) (*World, error) {
 
 // Hosts returns the host name of every rank.
 func (w *World) Hosts() []string { return comm.HostNames(w.tr) }
+
+// dialStore connects to the store. Every rank of a large job dials at
+// once, and the server authenticates only so many connections at a time:
+// a busy refusal is retried after a random pause that grows, until
+// timeout (default 60 s).
+func dialStore(ctx context.Context, env Env, timeout time.Duration) (*rendezvous.Client, error) {
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	pause := 10 * time.Millisecond
+	for {
+		st, err := rendezvous.Dial(ctx, env.StoreAddr, env.Secret)
+		if err == nil || !errors.Is(err, rendezvous.ErrBusy) || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause/2 + rand.N(pause)):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
 
 // Close closes the communicator, its links and the store connection.
 func (w *World) Close() error {

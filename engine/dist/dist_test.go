@@ -2,6 +2,8 @@ package dist
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,4 +136,33 @@ func TestInitWrongSecret(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rank 0: reach the job's store") {
 		t.Fatalf("wrong secret: %v", err)
 	}
+}
+
+// TestInitRetriesBusyStore: while the store's handshake slots are all
+// taken (connections that never authenticate), a rank is refused as busy;
+// Init retries until a slot frees instead of failing the job.
+func TestInitRetriesBusyStore(t *testing.T) {
+	secret, _ := rendezvous.NewSecret()
+	srv, err := rendezvous.Listen(rendezvous.Config{Addr: "127.0.0.1:0", Secret: secret, HandshakeTimeout: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go srv.Serve(context.Background())
+	for range 80 { // more than the server authenticates at once
+		nc, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+	}
+	time.Sleep(100 * time.Millisecond) // let the server take them
+	if _, err := rendezvous.Dial(context.Background(), srv.Addr().String(), secret); !errors.Is(err, rendezvous.ErrBusy) {
+		t.Fatalf("a plain dial while full: %v, want ErrBusy (the test's premise)", err)
+	}
+	w, err := Init(context.Background(), Env{Rank: 0, WorldSize: 1, StoreAddr: srv.Addr().String(), Secret: secret}, Options{})
+	if err != nil {
+		t.Fatalf("Init with a busy store: %v", err)
+	}
+	w.Close()
 }
