@@ -85,16 +85,11 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 	}
 }
 
-// Ranks reach the job's rendezvous key-value store (the built-in engine's
-// communicators bootstrap through it) at the address their agent used, and
-// authenticate with the job secret from a file only this user can read: a
-// secret in the environment would show up in every environment dump.
-const (
-	EnvStoreAddr       = "GTRAIN_STORE_ADDR"
-	EnvStoreSecretFile = "GTRAIN_STORE_SECRET_FILE"
-)
-
-// rankStoreEnv writes the secret file into the agent's temporary directory
+// rankStoreEnv gives ranks the job's rendezvous key-value store (the
+// built-in engine's communicators bootstrap through it) at the address
+// this agent used, and the job secret in a file only this user can read: a
+// secret in the environment would show up in every environment dump. It
+// writes the secret file into the agent's temporary directory
 // and returns the ranks' GTRAIN_STORE_* variables; none without a
 // rendezvous or a directory to put the secret in.
 func (a *agent) rankStoreEnv() []string {
@@ -108,7 +103,7 @@ func (a *agent) rankStoreEnv() []string {
 		return nil
 	}
 	return []string{
-		EnvStoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
-		EnvStoreSecretFile + "=" + file,
+		rendezvous.EnvStoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
+		rendezvous.EnvStoreSecretFile + "=" + file,
 	}
 }

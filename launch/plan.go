@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // DefaultRole is the role name every rank gets (torchrun's default).
@@ -80,7 +81,7 @@ var contractVars = []string{
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
 	"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
 	"GTRAIN_RUN_ID", "GTRAIN_HOST", "GTRAIN_SLOT", "GTRAIN_ATTEMPT", "GTRAIN_STATUS_FD",
-	"GTRAIN_STORE_ADDR", "GTRAIN_STORE_SECRET_FILE",
+	rendezvous.EnvStoreAddr, rendezvous.EnvStoreSecretFile,
 }
 
 // NewPlan resolves o into a Plan: it numbers ranks (hosts in order, slots in

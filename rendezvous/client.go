@@ -12,6 +12,14 @@ import (
 	"unicode/utf8"
 )
 
+// The variables through which gtrain's agents tell each rank where the
+// job's store is and where to read the secret (a 0600 file, never the
+// environment itself).
+const (
+	EnvStoreAddr       = "GTRAIN_STORE_ADDR"        // host:port of the store
+	EnvStoreSecretFile = "GTRAIN_STORE_SECRET_FILE" // file holding the job secret
+)
+
 // Client is an authenticated connection to a rendezvous server. It is safe
 // for concurrent use, and requests run concurrently: a Get waiting for its
 // key does not hold up a Set on the same Client.

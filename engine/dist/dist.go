@@ -24,10 +24,10 @@ import (
 // LOCAL_RANK, LOCAL_WORLD_SIZE). The agent sets the store's; the others are
 // for users.
 const (
-	EnvStoreAddr       = "GTRAIN_STORE_ADDR"        // host:port of the rendezvous store
-	EnvStoreSecretFile = "GTRAIN_STORE_SECRET_FILE" // file holding the job secret
-	EnvCommAddr        = "GTRAIN_COMM_ADDR"         // address peers dial for TCP links (default: see Init)
-	EnvNoSHM           = "GTRAIN_COMM_NO_SHM"       // "1": TCP even between ranks of one host
+	EnvStoreAddr       = rendezvous.EnvStoreAddr
+	EnvStoreSecretFile = rendezvous.EnvStoreSecretFile
+	EnvCommAddr        = "GTRAIN_COMM_ADDR"   // address peers dial for TCP links (default: see Init)
+	EnvNoSHM           = "GTRAIN_COMM_NO_SHM" // "1": TCP even between ranks of one host
 )
 
 // Env is a rank's place in the job.
