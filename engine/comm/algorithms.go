@@ -88,12 +88,12 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 		a = algRD
 		if nbytes >= c.opts.RingThreshold {
 			a = algRing
-			if c.local && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
+			if c.shm != nil && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather) {
 				a = algDirect
 			}
 		}
 	}
-	if a == algDirect && !c.local {
+	if a == algDirect && c.shm == nil {
 		a = algRing // direct needs every peer on this host
 	}
 	if (a == algRD || a == algDirect) && (kind == kBroadcast || kind == kReduce) {

@@ -33,7 +33,7 @@ type hierarchy struct {
 // or nil for the flat algorithms, setting them up on first use. It runs
 // as part of the executing operation.
 func (c *Communicator) hierarchical(ctx context.Context, nbytes int) (*hierarchy, error) {
-	if c.alg != algAuto || c.local || nbytes < c.opts.RingThreshold || c.size < 3 {
+	if c.alg != algAuto || c.shm != nil || nbytes < c.opts.RingThreshold || c.size < 3 {
 		return nil, nil
 	}
 	if c.hier == nil {

@@ -183,7 +183,7 @@ func (c *Communicator) allReduce(ctx context.Context, buf Buffer, op Op) error {
 		case o.alg == algRing:
 			return o.ringAllReduce(buf, op)
 		case o.alg == algDirect:
-			return o.progressAllReduce(shmLinks(c.conns), buf, op)
+			return o.progressAllReduce(c.shm, buf, op)
 		}
 		return o.allReduceSmall(o.alg, buf, op)
 	})
@@ -202,7 +202,7 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, op 
 		case o.alg == algRing:
 			return o.ringReduceScatter(send, recv, o.scratch(slotWork, send.dt, send.Len()), op)
 		case o.alg == algDirect:
-			return o.progressReduceScatter(shmLinks(c.conns), send, recv, op)
+			return o.progressReduceScatter(c.shm, send, recv, op)
 		}
 		work := o.scratch(slotCopy, send.dt, send.Len())
 		copy(work.b, send.b)
@@ -228,7 +228,7 @@ func (c *Communicator) allGather(ctx context.Context, kind opKind, send, recv Bu
 		case o.alg == algRing:
 			return o.ringAllGather(recv)
 		case o.alg == algDirect:
-			return o.progressAllGather(shmLinks(c.conns), send, recv)
+			return o.progressAllGather(c.shm, send, recv)
 		}
 		off := q.offset(c.rank) * recv.dt.Size()
 		clear(recv.b[:off])

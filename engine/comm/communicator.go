@@ -61,7 +61,7 @@ type Communicator struct {
 	tag        string // group name for GroupTransport; "" for a world
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
-	local      bool       // every link reaches a rank on this host
+	shm        []*shmConn // the links, when every one is shared memory (all ranks on this host); else nil
 	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
 
 	mu          sync.Mutex
@@ -147,7 +147,7 @@ func (c *Communicator) connect(ctx context.Context) error {
 	}
 	// In a group either all ranks share a host or each has a peer on
 	// another, so every rank of a group gets the same answer.
-	c.local = shmLinks(c.conns) != nil
+	c.shm = shmLinks(c.conns)
 	return nil
 }
 
