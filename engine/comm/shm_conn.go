@@ -363,27 +363,39 @@ func (c *shmConn) Close() error {
 	return unix.Munmap(c.mem)
 }
 
+// idler paces a wait that found nothing to do yet, as the comment on
+// shmSpinFor says: spin, then give the CPU away between looks. wait
+// reports false once shmYieldFor has passed; the caller then sleeps its
+// own way (a futex on one word, a nap in a loop over several links).
+type idler struct {
+	since time.Time
+	n     int
+}
+
+func (w *idler) reset() { w.n = 0 }
+
+func (w *idler) wait() bool {
+	if w.n == 0 {
+		w.since = time.Now()
+	}
+	w.n++
+	switch d := time.Since(w.since); {
+	case d < shmSpinFor:
+	case d >= shmYieldFor:
+		return false
+	case w.n%2 == 0:
+		runtime.Gosched() // another goroutine of this rank may be the one to make progress
+	default:
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // or another process
+	}
+	return true
+}
+
 // shmAwait waits until *w != v: spinning, then yielding, then sleeping on
 // the futex (announced in flag, when not nil), with check between naps.
 func shmAwait(w *uint64, v uint64, flag *uint64, check func() error) error {
-	if atomic.LoadUint64(w) != v {
-		return nil
-	}
-	start := time.Now()
-	for i := 1; ; i++ {
-		if atomic.LoadUint64(w) != v {
-			return nil
-		}
-		if i%64 == 0 && time.Since(start) > shmSpinFor {
-			break
-		}
-	}
-	for i := 0; time.Since(start) < shmYieldFor; i++ {
-		if i%2 == 0 {
-			runtime.Gosched() // another goroutine of this rank may be the one to make progress
-		} else {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // or another process
-		}
+	var idle idler
+	for idle.wait() {
 		if atomic.LoadUint64(w) != v {
 			return nil
 		}

@@ -6,11 +6,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"runtime"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Non-blocking use of shared-memory links, for an algorithm that drives
@@ -122,31 +119,6 @@ func shmLinks(conns []Conn) []*shmConn {
 		return nil
 	}
 	return out
-}
-
-// idler paces a progress loop that found nothing to do: spin, then yield,
-// then nap, as shmAwait does for one word.
-type idler struct {
-	since time.Time
-	n     int
-}
-
-func (w *idler) reset() { w.n = 0 }
-
-func (w *idler) wait() {
-	if w.n == 0 {
-		w.since = time.Now()
-	}
-	w.n++
-	switch d := time.Since(w.since); {
-	case d < shmSpinFor:
-	case d < shmYieldFor && w.n%2 == 0:
-		runtime.Gosched()
-	case d < shmYieldFor:
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	default:
-		time.Sleep(50 * time.Microsecond)
-	}
 }
 
 // A streamed collective moves data in up to two phases per link, in this
@@ -318,7 +290,9 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 		}); err != nil {
 			return err
 		}
-		idle.wait()
+		if !idle.wait() {
+			time.Sleep(50 * time.Microsecond)
+		}
 	}
 }
 
