@@ -1,0 +1,7 @@
+// Package kernels holds the float32 CPU compute of gtrain's engine: the
+// matrix multiply (SIMD micro-kernels with a portable fallback) and the
+// forward and backward passes of the transformer's other operations. Every
+// function works on flat row-major slices; shapes are passed explicitly, as
+// in llm.c, so the model needs no tensor library and a GPU backend can
+// implement the same calls.
+package kernels
