@@ -1,0 +1,71 @@
+package data
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Meta describes a prepared data directory (its meta.json): which tokenizer
+// made train.bin and val.bin, and how many tokens each holds.
+type Meta struct {
+	Tokenizer   string   `json:"tokenizer"`  // "bytes" for the built-in byte-level tokenizer
+	VocabSize   int      `json:"vocab_size"` // every id in the files is below it
+	EOT         int      `json:"eot"`        // the id put before each document
+	TrainTokens int64    `json:"train_tokens"`
+	ValTokens   int64    `json:"val_tokens"`
+	Sources     []string `json:"sources"` // input files, in order, or "synthetic:..."
+}
+
+// Conventional names of the files of a prepared data directory.
+const (
+	TrainFile = "train.bin"
+	ValFile   = "val.bin"
+	MetaFile  = "meta.json"
+)
+
+// WriteMeta writes m as the JSON file path, atomically. Write it after the
+// token files: a directory whose meta.json is there and agrees with them is
+// complete.
+func WriteMeta(path string, m Meta) error {
+	if m.Sources == nil {
+		m.Sources = []string{}
+	}
+	return writeAtomic(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(m)
+	})
+}
+
+// ReadMeta reads and checks the meta.json file path.
+func ReadMeta(path string) (Meta, error) {
+	var m Meta
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return m, fmt.Errorf("data: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("data: %s: not a data meta.json: %w; prepare the data again", path, err)
+	}
+	if err := m.check(); err != nil {
+		return m, fmt.Errorf("data: %s: %w; prepare the data again", path, err)
+	}
+	return m, nil
+}
+
+// check reports the first field that cannot be right.
+func (m Meta) check() error {
+	switch {
+	case m.Tokenizer == "":
+		return fmt.Errorf("no tokenizer")
+	case m.VocabSize <= 0 || m.VocabSize > 1<<16:
+		return fmt.Errorf("vocab_size %d: want 1 to 65536 (ids are uint16)", m.VocabSize)
+	case m.EOT < 0 || m.EOT >= m.VocabSize:
+		return fmt.Errorf("eot %d: want an id below vocab_size %d", m.EOT, m.VocabSize)
+	case m.TrainTokens < 0 || m.ValTokens < 0:
+		return fmt.Errorf("train_tokens %d, val_tokens %d: must not be negative", m.TrainTokens, m.ValTokens)
+	}
+	return nil
+}
