@@ -1,0 +1,106 @@
+// Package backend is the seam between the engine's model and the hardware
+// that computes it. The model calls only these operations; the CPU backend
+// runs them with engine/kernels on goroutines. A GPU backend implements the
+// same interface over device memory without touching the model.
+package backend
+
+import "github.com/gtrain/gtrain/engine/kernels"
+
+// Backend computes the forward and backward operations of a transformer on
+// flat row-major float32 buffers. Backward operations accumulate into their
+// gradient outputs (+=) unless a method says it writes.
+type Backend interface {
+	// Name identifies the backend in status records ("cpu").
+	Name() string
+	// Matmul computes C = op(A)·op(B) + beta·C (see kernels.Sgemm).
+	Matmul(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	Encoder(out []float32, inp []int32, wte, wpe []float32, B, T, C int)
+	EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int)
+	LayerNorm(out, mean, rstd, inp, weight, bias []float32, N, C int)
+	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd []float32, N, C int)
+	Gelu(out, inp []float32)
+	GeluBackward(dinp, inp, dout []float32)
+	AddBias(out, bias []float32, N, OC int)
+	BiasBackward(dbias, dout []float32, N, OC int)
+	Residual(out, a, b []float32)
+	Attention(out, att, qkv []float32, B, T, C, NH int)
+	// AttentionBackward needs scratch of AttentionScratch(T) elements.
+	AttentionBackward(dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int)
+	AttentionScratch(T int) int
+	CrossEntropy(losses, probs, logits []float32, targets []int32, N, V int)
+	// CrossEntropyBackward writes dlogits (which may alias probs).
+	CrossEntropyBackward(dlogits, probs []float32, targets []int32, dloss float32, N, V int)
+}
+
+// CPU runs every operation on this machine's cores with engine/kernels.
+type CPU struct {
+	Threads int // goroutines per operation; below 1 means one
+}
+
+// Name reports "cpu".
+func (c CPU) Name() string { return "cpu" }
+
+// Matmul implements Backend.
+func (c CPU) Matmul(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, cc []float32, ldc int) {
+	kernels.Sgemm(c.Threads, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// Encoder implements Backend.
+func (c CPU) Encoder(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
+	kernels.EncoderForward(out, inp, wte, wpe, B, T, C)
+}
+
+// EncoderBackward implements Backend.
+func (c CPU) EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int) {
+	kernels.EncoderBackward(dwte, dwpe, dout, inp, B, T, C)
+}
+
+// LayerNorm implements Backend.
+func (c CPU) LayerNorm(out, mean, rstd, inp, weight, bias []float32, N, C int) {
+	kernels.LayerNormForward(c.Threads, out, mean, rstd, inp, weight, bias, N, C)
+}
+
+// LayerNormBackward implements Backend.
+func (c CPU) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd []float32, N, C int) {
+	kernels.LayerNormBackward(c.Threads, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)
+}
+
+// Gelu implements Backend.
+func (c CPU) Gelu(out, inp []float32) { kernels.GeluForward(c.Threads, out, inp) }
+
+// GeluBackward implements Backend.
+func (c CPU) GeluBackward(dinp, inp, dout []float32) {
+	kernels.GeluBackward(c.Threads, dinp, inp, dout)
+}
+
+// AddBias implements Backend.
+func (c CPU) AddBias(out, bias []float32, N, OC int) { kernels.AddBias(out, bias, N, OC) }
+
+// BiasBackward implements Backend.
+func (c CPU) BiasBackward(dbias, dout []float32, N, OC int) { kernels.BiasBackward(dbias, dout, N, OC) }
+
+// Residual implements Backend.
+func (c CPU) Residual(out, a, b []float32) { kernels.Residual(out, a, b) }
+
+// Attention implements Backend.
+func (c CPU) Attention(out, att, qkv []float32, B, T, C, NH int) {
+	kernels.AttentionForward(c.Threads, out, att, qkv, B, T, C, NH)
+}
+
+// AttentionBackward implements Backend.
+func (c CPU) AttentionBackward(dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int) {
+	kernels.AttentionBackward(c.Threads, dqkv, dout, qkv, att, scratch, B, T, C, NH)
+}
+
+// AttentionScratch implements Backend.
+func (c CPU) AttentionScratch(T int) int { return kernels.AttentionScratch(c.Threads, T) }
+
+// CrossEntropy implements Backend.
+func (c CPU) CrossEntropy(losses, probs, logits []float32, targets []int32, N, V int) {
+	kernels.CrossEntropyForward(c.Threads, losses, probs, logits, targets, N, V)
+}
+
+// CrossEntropyBackward implements Backend.
+func (c CPU) CrossEntropyBackward(dlogits, probs []float32, targets []int32, dloss float32, N, V int) {
+	kernels.CrossEntropyBackward(c.Threads, dlogits, probs, targets, dloss, N, V)
+}

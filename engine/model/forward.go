@@ -1,0 +1,117 @@
+package model
+
+import "fmt"
+
+// Forward runs the model on a micro-batch: x holds B×T input tokens, y the
+// B×T targets (x shifted by one). It returns the mean cross-entropy loss
+// and keeps what Backward needs.
+func (m *Model) Forward(x, y []int32) (float32, error) {
+	if err := m.checkBatch(x, y); err != nil {
+		return 0, err
+	}
+	m.x, m.y = x, y
+	cfg, a, w := m.Config, &m.acts, &m.w
+	N, C, V := m.B*m.T, cfg.Embd, cfg.Vocab
+	m.be.Encoder(a.res[0], x, w.wte, w.wpe, m.B, m.T, C)
+	for l := range cfg.Layers {
+		m.blockForward(l, a.layer(l), a.res[l], a.res[l+1])
+	}
+	m.be.LayerNorm(a.lnf, a.lnfMean, a.lnfRstd, a.res[cfg.Layers], w.lnfw, w.lnfb, N, C)
+	// The output layer is the token embedding, transposed (weight tying).
+	m.be.Matmul(false, true, N, V, C, a.lnf, C, w.wte, C, 0, a.probs, V)
+	m.be.CrossEntropy(a.losses, a.probs, a.probs, y, N, V)
+	var sum float64
+	for _, l := range a.losses {
+		sum += float64(l)
+	}
+	return float32(sum / float64(N)), nil
+}
+
+// checkBatch rejects a micro-batch of the wrong size or with a token outside
+// the vocabulary, which would otherwise index past the embedding.
+func (m *Model) checkBatch(x, y []int32) error {
+	N := m.B * m.T
+	if len(x) != N || len(y) != N {
+		return fmt.Errorf("model: micro-batch of %d inputs and %d targets: want %d×%d = %d of each", len(x), len(y), m.B, m.T, N)
+	}
+	for i := range N {
+		if uint32(x[i]) >= uint32(m.Config.Vocab) || uint32(y[i]) >= uint32(m.Config.Vocab) {
+			return fmt.Errorf("model: token %d/%d at position %d is outside the vocabulary of %d: does the data match the model's vocab?", x[i], y[i], i, m.Config.Vocab)
+		}
+	}
+	return nil
+}
+
+// blockForward computes block l: out = res2 + MLP(LN2(res2)) with
+// res2 = in + Attention(LN1(in)).
+func (m *Model) blockForward(l int, la *layerActs, in, out []float32) {
+	be, lw, proj := m.be, &m.w.layers[l], m.acts.proj
+	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
+	be.LayerNorm(la.ln1, la.ln1Mean, la.ln1Rstd, in, lw.ln1w, lw.ln1b, N, C)
+	be.Matmul(false, false, N, 3*C, C, la.ln1, C, lw.qkvw, 3*C, 0, la.qkv, 3*C)
+	be.AddBias(la.qkv, lw.qkvb, N, 3*C)
+	be.Attention(la.atty, la.att, la.qkv, B, T, C, NH)
+	be.Matmul(false, false, N, C, C, la.atty, C, lw.attprojw, C, 0, proj, C)
+	be.AddBias(proj, lw.attprojb, N, C)
+	be.Residual(la.res2, in, proj)
+	be.LayerNorm(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, lw.ln2w, lw.ln2b, N, C)
+	be.Matmul(false, false, N, 4*C, C, la.ln2, C, lw.fcw, 4*C, 0, la.fch, 4*C)
+	be.AddBias(la.fch, lw.fcb, N, 4*C)
+	be.Gelu(la.fchGelu, la.fch)
+	be.Matmul(false, false, N, C, 4*C, la.fchGelu, 4*C, lw.fcprojw, C, 0, proj, C)
+	be.AddBias(proj, lw.fcprojb, N, C)
+	be.Residual(out, la.res2, proj)
+}
+
+// Backward accumulates into Grads the gradient of dloss × (the mean loss of
+// the last Forward). dloss is 1 for one micro-batch per step and 1/n when n
+// micro-batches accumulate into one step.
+func (m *Model) Backward(dloss float32) {
+	cfg, a, w, g, gs := m.Config, &m.acts, &m.w, &m.g, &m.grad
+	N, C, V, L := m.B*m.T, cfg.Embd, cfg.Vocab, cfg.Layers
+	m.be.CrossEntropyBackward(a.probs, a.probs, m.y, dloss/float32(N), N, V)
+	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, 1, g.wte, C)
+	m.be.Matmul(false, false, N, C, V, a.probs, V, w.wte, C, 0, gs.dln, C)
+	clear(gs.dres)
+	m.be.LayerNormBackward(gs.dres, g.lnfw, g.lnfb, gs.dln, a.res[L], w.lnfw, a.lnfMean, a.lnfRstd, N, C)
+	for l := L - 1; l >= 0; l-- {
+		la := a.layer(l)
+		switch m.Recompute {
+		case RecomputeFull:
+			// Rewrites res[l+1] with the bit-identical values it holds.
+			m.blockForward(l, la, a.res[l], a.res[l+1])
+		case RecomputeSelective:
+			m.be.Gelu(la.fchGelu, la.fch)
+		}
+		m.blockBackward(l, la, a.res[l])
+	}
+	m.be.EncoderBackward(g.wte, g.wpe, gs.dres, m.x, m.B, m.T, C)
+}
+
+// blockBackward turns gs.dres from the gradient of block l's output into the
+// gradient of its input, accumulating the block's weight gradients.
+func (m *Model) blockBackward(l int, la *layerActs, in []float32) {
+	be, lw, gw, gs := m.be, &m.w.layers[l], &m.g.layers[l], &m.grad
+	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
+	dres := gs.dres
+	// out = res2 + c_proj(gelu(c_fc(LN2(res2))))
+	be.Matmul(true, false, 4*C, C, N, la.fchGelu, 4*C, dres, C, 1, gw.fcprojw, C)
+	be.BiasBackward(gw.fcprojb, dres, N, C)
+	be.Matmul(false, true, N, 4*C, C, dres, C, lw.fcprojw, C, 0, gs.dgelu, 4*C)
+	clear(gs.dfch)
+	be.GeluBackward(gs.dfch, la.fch, gs.dgelu)
+	be.Matmul(true, false, C, 4*C, N, la.ln2, C, gs.dfch, 4*C, 1, gw.fcw, 4*C)
+	be.BiasBackward(gw.fcb, gs.dfch, N, 4*C)
+	be.Matmul(false, true, N, C, 4*C, gs.dfch, 4*C, lw.fcw, 4*C, 0, gs.dln, C)
+	be.LayerNormBackward(dres, gw.ln2w, gw.ln2b, gs.dln, la.res2, lw.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
+	// res2 = in + c_proj(attention(c_attn(LN1(in))))
+	be.Matmul(true, false, C, C, N, la.atty, C, dres, C, 1, gw.attprojw, C)
+	be.BiasBackward(gw.attprojb, dres, N, C)
+	be.Matmul(false, true, N, C, C, dres, C, lw.attprojw, C, 0, gs.datty, C)
+	clear(gs.dqkv)
+	be.AttentionBackward(gs.dqkv, gs.datty, la.qkv, la.att, gs.scratch, B, T, C, NH)
+	be.Matmul(true, false, C, 3*C, N, la.ln1, C, gs.dqkv, 3*C, 1, gw.qkvw, 3*C)
+	be.BiasBackward(gw.qkvb, gs.dqkv, N, 3*C)
+	be.Matmul(false, true, N, C, 3*C, gs.dqkv, 3*C, lw.qkvw, 3*C, 0, gs.dln, C)
+	be.LayerNormBackward(dres, gw.ln1w, gw.ln1b, gs.dln, in, lw.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
+}
