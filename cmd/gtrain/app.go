@@ -111,8 +111,11 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdAgent(ios),
 		NewCmdHosts(ios, nil),
 		NewCmdBench(ios, sig),
+		NewCmdCkpt(ios),
+		NewCmdData(ios),
 		newCmdNotYet("plan", "Preview 3D-parallel layouts for a model on a cluster", 7),
-		newCmdNotYet("resume", "Restart a job from its last good checkpoint", 5),
+		NewCmdResume(ios, sig),
+		NewCmdWorker(ios),
 		NewCmdVersion(ios),
 	)
 	return root

@@ -40,8 +40,10 @@ type RunOptions struct {
 	RdzvBind     string
 	RdzvHost     string
 	JoinTimeout  time.Duration
-	Output       string // text or json
-	Table        string // auto, always, never
+	Job          string   // job file of the built-in engine (no command)
+	Sets         []string // key=value overrides of the job
+	Output       string   // text or json
+	Table        string   // auto, always, never
 	DryRun       bool
 }
 
@@ -53,15 +55,21 @@ func NewCmdRun(ios *IOStreams, sig *signals, runF func(context.Context, *RunOpti
 		runF = runRun
 	}
 	cmd := &cobra.Command{
-		Use:   "run [flags] [--] command [args...]",
+		Use:   "run [flags] [--] [command [args...]]",
 		Short: "Launch a job: one rank per slot on every host",
 		Long: `Launch a job: one rank of the command per slot on every host of the hostfile,
 or --nproc-per-node ranks on this machine when no hostfile is given. Each rank
 gets the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).
 The first rank to fail stops the whole job; gtrain exits with its code.
 
+Without a command, every rank runs gtrain's built-in engine on the job file
+given with --job (YAML: model, data, optimizer, steps, checkpoints), or on the
+built-in default job: a tiny GPT trained on a synthetic corpus.
+
 Flags come before the command; everything from the command on is passed to it.`,
-		Example: `  gtrain run --nproc-per-node 4 -- python3 train.py --lr 3e-4
+		Example: `  gtrain run
+  gtrain run --job examples/jobs/tiny.yaml --set optim.lr=1e-3
+  gtrain run --nproc-per-node 4 -- python3 train.py --lr 3e-4
   gtrain run --hostfile hosts.txt --exclude worker-1:0 -- python3 train.py
   gtrain run --dry-run --output json --nproc-per-node 2 -- ./a.out`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -78,6 +86,8 @@ Flags come before the command; everything from the command on is passed to it.`,
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
 	addLaunchFlags(f, opts)
+	f.StringVar(&opts.Job, "job", "", "YAML job file for the built-in engine (no command; default: the built-in default job)")
+	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the job, e.g. --set optim.lr=3e-4 (repeatable)")
 	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
@@ -114,6 +124,20 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
+	if len(o.Command) == 0 {
+		spec, err := loadJob(o.Job, o.Sets)
+		if err != nil {
+			return err
+		}
+		if err := o.useEngine(spec, false); err != nil {
+			return err
+		}
+	}
+	return o.launch(ctx)
+}
+
+// launch resolves the plan and runs it, or with --dry-run prints it.
+func (o *RunOptions) launch(ctx context.Context) error {
 	plan, err := o.plan()
 	if err != nil {
 		return err
@@ -138,11 +162,9 @@ func (o *RunOptions) plan() (*launch.Plan, error) {
 		}
 		env = append(fileEnv, env...) // --env wins over the file
 	}
-	dir := o.Chdir
-	if dir == "" {
-		if dir, err = os.Getwd(); err != nil {
-			return nil, fmt.Errorf("run: %w", err)
-		}
+	dir, err := o.workDir()
+	if err != nil {
+		return nil, err
 	}
 	return launch.NewPlan(launch.Options{
 		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
@@ -152,12 +174,24 @@ func (o *RunOptions) plan() (*launch.Plan, error) {
 	})
 }
 
+// workDir is where the ranks run: --chdir, else this directory.
+func (o *RunOptions) workDir() (string, error) {
+	if o.Chdir != "" {
+		return o.Chdir, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("run: %w", err)
+	}
+	return dir, nil
+}
+
 // check validates flag values that need no I/O.
 func (o *RunOptions) check() error {
 	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
 	switch {
-	case len(o.Command) == 0:
-		return usage("run: no command given: put it after the flags, e.g. gtrain run --nproc-per-node 2 -- python3 train.py (the built-in engine arrives with issue 5)")
+	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
+		return usage("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
 	case o.NprocPerNode < 1:
 		return usage("run: --nproc-per-node %d: must be at least 1", o.NprocPerNode)
 	case o.MasterPort < 0 || o.MasterPort > 65535:

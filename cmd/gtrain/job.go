@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+
+	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/launch"
+)
+
+// EnvJobSpec carries the resolved job spec (JSON) from the launcher to every
+// rank of the built-in engine. It is not a secret, and an environment
+// variable travels to remote hosts inside the agent's spec.
+const EnvJobSpec = "GTRAIN_JOB_SPEC"
+
+// loadJob reads a job: the built-in default, overlaid with the YAML job file
+// (when path is not empty) and then with key=value settings (--set
+// optim.lr=3e-4). Unknown keys are errors: a misspelt key silently ignored
+// is a run with the wrong hyperparameters.
+func loadJob(path string, sets []string) (train.Spec, error) {
+	spec := train.DefaultSpec()
+	v := viper.New()
+	if path != "" {
+		v.SetConfigFile(path)
+		if filepath.Ext(path) == "" {
+			v.SetConfigType("yaml")
+		}
+		if err := v.ReadInConfig(); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: no such file", path)}
+			}
+			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %w", path, err)}
+		}
+	}
+	for _, kv := range sets {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return spec, &launch.UsageError{Err: fmt.Errorf("job: --set %q: want key=value, e.g. --set optim.lr=3e-4", kv)}
+		}
+		v.Set(strings.TrimSpace(k), val)
+	}
+	err := v.Unmarshal(&spec, func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.WeaklyTypedInput = true
+	})
+	if err != nil {
+		where := "--set"
+		if path != "" {
+			where = path
+		}
+		return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %s", where, oneLine(err))}
+	}
+	if err := spec.Validate(); err != nil {
+		if path != "" {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+		return spec, &launch.UsageError{Err: err}
+	}
+	return spec, nil
+}
+
+// oneLine joins a multi-line decode error into one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+// engineJob prepares spec for its ranks: resolved, with an absolute
+// checkpoint directory (a fresh runs/<time> under dir when the spec names
+// none), and encoded for EnvJobSpec.
+func engineJob(spec train.Spec, dir string, now time.Time) (train.Spec, string, error) {
+	spec, err := spec.Resolved()
+	if err != nil {
+		return spec, "", &launch.UsageError{Err: err}
+	}
+	ck := spec.Checkpoint.Dir
+	if ck == "" {
+		ck = freshRunDir(filepath.Join(dir, "runs"), now)
+	} else if !filepath.IsAbs(ck) {
+		ck = filepath.Join(dir, ck)
+	}
+	spec.Checkpoint.Dir = filepath.Clean(ck)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return spec, "", fmt.Errorf("job: encode: %w", err)
+	}
+	return spec, string(b), nil
+}
+
+// freshRunDir is root/<YYYYmmdd-HHMMSS>, with a suffix when that exists.
+func freshRunDir(root string, now time.Time) string {
+	base := filepath.Join(root, now.Format("20060102-150405"))
+	dir := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+			return dir
+		}
+		dir = fmt.Sprintf("%s-%d", base, i)
+	}
+}
