@@ -1,13 +1,13 @@
 # gtrain: two commands do everything on a fresh Debian machine (run as root,
 # or with sudo available):
-#   make demo   build gtrain and launch the example PyTorch DDP job on 4 local ranks
+#   make demo   build gtrain and run the built-in default job (a tiny GPT, ~30 s)
 #   make test   install what the tests need, then run the whole suite
 SHELL := /bin/bash
 GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo test deps vet fuzz bench-collectives
+.PHONY: build demo demo-ddp test deps vet fuzz bench-collectives bench-gemm bench-train
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -22,25 +22,42 @@ deps:
 			python3-torch openssh-server openssh-client iproute2; \
 	fi
 
-demo: deps build
+demo: build
+	./bin/gtrain run
+
+demo-ddp: deps build
 	./bin/gtrain run --nproc-per-node 4 -- $(PYTHON) examples/ddp_allreduce.py
 
 vet:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags purego ./engine/comm
+	$(GO) vet -tags purego ./engine/comm ./engine/kernels
+	GOARCH=arm64 $(GO) vet ./engine/kernels
 
 # A short coverage-guided run of each parser fuzzer on top of the kept corpus.
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=15s ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzSelect$$' -fuzztime=15s ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=15s ./rendezvous
+	$(GO) test -run='^$$' -fuzz='^FuzzOpen$$' -fuzztime=10s ./engine/data
+	$(GO) test -run='^$$' -fuzz='^FuzzReadMeta$$' -fuzztime=10s ./engine/data
+	$(GO) test -run='^$$' -fuzz='^FuzzEncodeBytes$$' -fuzztime=5s ./engine/data
+	$(GO) test -run='^$$' -fuzz='^FuzzReadHeader$$' -fuzztime=15s ./engine/ckpt
 
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags purego ./engine/kernels
 	$(MAKE) fuzz
 
 # gtrain's all-reduce against Open MPI and PyTorch gloo on this machine,
 # interleaved, 5 runs (installs openmpi-bin, libopenmpi-dev, python3-torch).
 bench-collectives: build
 	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives.sh --install 5
+
+# GEMM GFLOP/s against OpenBLAS (installs libopenblas-dev for the peer).
+bench-gemm:
+	bash docs/bench/gemm.sh --install
+
+# Training tokens/s of the engine against PyTorch, same model and batch.
+bench-train: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/train.sh --install --write 5
