@@ -71,24 +71,35 @@ func New(spec Spec, env Env) (*Trainer, error) {
 	if t.train, t.val, err = openData(spec, cfg.Vocab); err != nil {
 		return nil, err
 	}
+	if err := t.build(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// build allocates the model, optimizer, sampler and batch buffers.
+func (t *Trainer) build() error {
+	spec, env, cfg := t.spec, t.env, t.spec.Model.Config
+	var err error
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	rc, _ := model.ParseRecompute(spec.Recompute)
 	if t.model, err = model.New(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc); err != nil {
-		return nil, err
+		return err
 	}
 	t.model.Init(spec.Seed)
 	t.opt = optim.NewAdamW(spec.Optim, len(t.model.Params), groups(t.model.ParamList()))
 	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: env.Rank, World: max(env.World, 1)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if t.val != nil && spec.Eval.Every > 0 {
 		if t.eval, err = data.EvalBatches(t.val, B, T, spec.Eval.Batches); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	t.x, t.y = make([]int32, B*T), make([]int32, B*T)
-	return t, nil
+	return nil
 }
 
 // threads is the compute goroutines for one rank: the spec's, or this
@@ -135,6 +146,10 @@ func openData(spec Spec, vocab int) (train, val *data.Tokens, err error) {
 			continue
 		}
 		if err := tk.CheckVocab(vocab); err != nil {
+			train.Close()
+			if val != nil {
+				val.Close()
+			}
 			return nil, nil, err
 		}
 	}
@@ -203,8 +218,8 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	t.logf("gtrain engine: %s, %d parameters, %d steps of %d tokens, %d threads, starting at step %d",
 		t.describeModel(), len(t.model.Params), t.spec.Steps, tokens, t.spec.threads(t.env), t.step)
 	for t.step < last {
-		if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
-			return res, fmt.Errorf("train: stopped at step %d: %w", t.step, err)
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("train: stopped at step %d: %w", t.step, context.Cause(ctx))
 		}
 		start := time.Now()
 		loss, norm, lr, err := t.Step()
