@@ -48,12 +48,12 @@ func (o *RunOptions) useEngine(spec train.Spec, resume bool) error {
 // holds another run's checkpoints: continuing it is `gtrain resume`, and
 // mixing two runs' steps in one directory loses one of them.
 func checkFreshCheckpointDir(dir string) error {
-	info, ok := train.NewestValid(dir)
+	c, ok := train.NewestValid(dir)
 	if !ok {
 		return nil // absent, empty or only unfinished writes: start afresh
 	}
 	return &launch.UsageError{Err: fmt.Errorf("run: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
-		dir, filepath.Base(info.Dir), dir)}
+		dir, filepath.Base(c.Dir), dir)}
 }
 
 // NewCmdResume wires `gtrain resume DIR`: the launch flags of run, and the

@@ -94,8 +94,8 @@ func TestDefaultJobLossFalls(t *testing.T) {
 	if len(runs) != 1 {
 		t.Fatalf("checkpoint directories %v, want one under runs/", runs)
 	}
-	if info, ok := train.NewestValid(runs[0]); !ok || info.Step != int64(r.last) {
-		t.Errorf("newest valid checkpoint in %s: %+v (found %v), want step %d", runs[0], info, ok, r.last)
+	if c, ok := train.NewestValid(runs[0]); !ok || c.Step() != int64(r.last) {
+		t.Errorf("newest valid checkpoint in %s: found %v, want step %d", runs[0], ok, r.last)
 	}
 }
 
@@ -154,12 +154,12 @@ func TestKillDuringCheckpointThenResume(t *testing.T) {
 		if r.err == nil {
 			t.Fatalf("attempt %d: the rank was killed at step %d but gtrain exited 0", kill, r.last)
 		}
-		info, ok := train.NewestValid(filepath.Join(dir, "ckpt"))
+		c, ok := train.NewestValid(filepath.Join(dir, "ckpt"))
 		if !ok {
 			t.Fatalf("attempt %d: no valid checkpoint left after SIGKILL at step %d", kill, r.last)
 		}
-		t.Logf("attempt %d: killed at step %d (reported %d); resuming from step %d", kill, target, r.last, info.Step)
-		from = int(info.Step)
+		t.Logf("attempt %d: killed at step %d (reported %d); resuming from step %d", kill, target, r.last, c.Step())
+		from = int(c.Step())
 		args = []string{"resume", "--output", "json", filepath.Join(dir, "ckpt")}
 	}
 	for s := 1; s <= 150; s++ {

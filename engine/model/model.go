@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/gtrain/gtrain/engine/backend"
 )
@@ -83,13 +84,13 @@ func (m *Model) Init(seed uint64) {
 	for _, p := range m.params {
 		dst := m.Params[p.Offset : p.Offset+p.Size()]
 		switch {
-		case len(p.Shape) == 1 && hasSuffix(p.Name, ".weight"): // LayerNorm gain
+		case len(p.Shape) == 1 && strings.HasSuffix(p.Name, ".weight"): // LayerNorm gain
 			fill(dst, 1)
 		case len(p.Shape) == 1:
 			fill(dst, 0)
 		default:
 			std := 0.02
-			if hasSuffix(p.Name, "c_proj.weight") {
+			if strings.HasSuffix(p.Name, "c_proj.weight") {
 				std = projStd
 			}
 			for i := range dst {
@@ -122,8 +123,4 @@ func fill(s []float32, v float32) {
 	for i := range s {
 		s[i] = v
 	}
-}
-
-func hasSuffix(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
 }

@@ -23,18 +23,11 @@ type rankState struct {
 	Sampler  data.SamplerState `json:"sampler"`
 }
 
-// NewestValid is the newest valid checkpoint listed in dir, if any.
-func NewestValid(dir string) (ckpt.Info, bool) {
-	infos, err := ckpt.List(dir)
-	if err != nil {
-		return ckpt.Info{}, false
-	}
-	for i := len(infos) - 1; i >= 0; i-- {
-		if infos[i].Valid {
-			return infos[i], true
-		}
-	}
-	return ckpt.Info{}, false
+// NewestValid is the newest valid checkpoint in dir, if any. Like Latest it
+// verifies from the newest down and stops at the first valid one.
+func NewestValid(dir string) (*ckpt.Checkpoint, bool) {
+	c, err := ckpt.Latest(dir, nil)
+	return c, err == nil
 }
 
 // prepareCheckpoints restores the newest valid checkpoint when resuming, and
@@ -45,9 +38,9 @@ func (t *Trainer) prepareCheckpoints(res *Result) error {
 		return nil
 	}
 	if !t.env.Resume {
-		if info, ok := NewestValid(dir); ok {
+		if c, ok := NewestValid(dir); ok {
 			return fmt.Errorf("train: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
-				dir, filepath.Base(info.Dir), dir)
+				dir, filepath.Base(c.Dir), dir)
 		}
 		return nil
 	}
