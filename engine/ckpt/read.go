@@ -141,6 +141,25 @@ func (c *Checkpoint) Shard(rank int) ([]Tensor, []byte, error) {
 	return tensors, rm.state, nil
 }
 
+// State returns the state bytes rank wrote with WriteShard, without
+// reading its tensors.
+func (c *Checkpoint) State(rank int) ([]byte, error) {
+	i := slices.IndexFunc(c.Manifest.Files, func(f File) bool { return f.Rank == rank })
+	if i < 0 {
+		return nil, fmt.Errorf("ckpt: %s: no file of rank %d", filepath.Base(c.Dir), rank)
+	}
+	name := c.Manifest.Files[i].Name
+	h := c.headers[name]
+	if h == nil {
+		return nil, fmt.Errorf("ckpt: read %s/%s: not a verified file of the checkpoint (use Open or Latest)", filepath.Base(c.Dir), name)
+	}
+	rm, err := readRankMeta(h)
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
+	}
+	return rm.state, nil
+}
+
 // readF32At reads len(dst) little-endian float32s at off, a chunk at a
 // time.
 func readF32At(r io.ReaderAt, off int64, dst []float32) error {

@@ -1,12 +1,5 @@
 package model
 
-// weights are views into a flat parameter (or gradient) slice.
-type weights struct {
-	wte, wpe   []float32
-	layers     []layerWeights
-	lnfw, lnfb []float32
-}
-
 // layerWeights are one block's tensors, in Params order.
 type layerWeights struct {
 	ln1w, ln1b         []float32
@@ -15,21 +8,6 @@ type layerWeights struct {
 	ln2w, ln2b         []float32
 	fcw, fcb           []float32
 	fcprojw, fcprojb   []float32
-}
-
-// viewWeights slices flat along params (which is cfg.Params()).
-func viewWeights(cfg Config, params []Param, flat []float32) weights {
-	v := make([][]float32, len(params))
-	for i, p := range params {
-		v[i] = flat[p.Offset : p.Offset+p.Size() : p.Offset+p.Size()]
-	}
-	w := weights{wte: v[0], wpe: v[1], layers: make([]layerWeights, cfg.Layers)}
-	for l := range cfg.Layers {
-		s := v[2+12*l:]
-		w.layers[l] = layerWeights{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11]}
-	}
-	w.lnfw, w.lnfb = v[len(v)-2], v[len(v)-1]
-	return w
 }
 
 // layerActs are the activations of one block that its backward pass needs.

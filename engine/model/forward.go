@@ -10,15 +10,26 @@ func (m *Model) Forward(x, y []int32) (float32, error) {
 		return 0, err
 	}
 	m.x, m.y = x, y
-	cfg, a, w := m.Config, &m.acts, &m.w
-	N, C, V := m.B*m.T, cfg.Embd, cfg.Vocab
-	m.be.Encoder(a.res[0], x, w.wte, w.wpe, m.B, m.T, C)
-	for l := range cfg.Layers {
-		m.blockForward(l, a.layer(l), a.res[l], a.res[l+1])
+	cfg, a, st := m.Config, &m.acts, m.store
+	N, C, V, L := m.B*m.T, cfg.Embd, cfg.Vocab, cfg.Layers
+	wte, wpe := cfg.embView(st.Weights(0))
+	st.Prefetch(1)
+	m.be.Encoder(a.res[0], x, wte, wpe, m.B, m.T, C)
+	st.Release(0)
+	for l := range L {
+		lw := cfg.blockView(st.Weights(1 + l))
+		st.Prefetch(2 + l)
+		m.blockForward(&lw, a.layer(l), a.res[l], a.res[l+1])
+		st.Release(1 + l)
 	}
-	m.be.LayerNorm(a.lnf, a.lnfMean, a.lnfRstd, a.res[cfg.Layers], w.lnfw, w.lnfb, N, C)
+	lnfw, lnfb := cfg.finalView(st.Weights(L + 1))
+	st.Prefetch(0)
+	m.be.LayerNorm(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], lnfw, lnfb, N, C)
+	st.Release(L + 1)
 	// The output layer is the token embedding, transposed (weight tying).
-	m.be.Matmul(false, true, N, V, C, a.lnf, C, w.wte, C, 0, a.probs, V)
+	wte, _ = cfg.embView(st.Weights(0))
+	m.be.Matmul(false, true, N, V, C, a.lnf, C, wte, C, 0, a.probs, V)
+	st.Release(0)
 	m.be.CrossEntropy(a.losses, a.probs, a.probs, y, N, V)
 	var sum float64
 	for _, l := range a.losses {
@@ -42,10 +53,10 @@ func (m *Model) checkBatch(x, y []int32) error {
 	return nil
 }
 
-// blockForward computes block l: out = res2 + MLP(LN2(res2)) with
-// res2 = in + Attention(LN1(in)).
-func (m *Model) blockForward(l int, la *layerActs, in, out []float32) {
-	be, lw, proj := m.be, &m.w.layers[l], m.acts.proj
+// blockForward computes a block with weights lw: out = res2 +
+// MLP(LN2(res2)) with res2 = in + Attention(LN1(in)).
+func (m *Model) blockForward(lw *layerWeights, la *layerActs, in, out []float32) {
+	be, proj := m.be, m.acts.proj
 	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
 	be.LayerNorm(la.ln1, la.ln1Mean, la.ln1Rstd, in, lw.ln1w, lw.ln1b, N, C)
 	be.Matmul(false, false, N, 3*C, C, la.ln1, C, lw.qkvw, 3*C, 0, la.qkv, 3*C)
@@ -63,35 +74,53 @@ func (m *Model) blockForward(l int, la *layerActs, in, out []float32) {
 	be.Residual(out, la.res2, proj)
 }
 
-// Backward accumulates into Grads the gradient of dloss × (the mean loss of
-// the last Forward). dloss is 1 for one micro-batch per step and 1/n when n
-// micro-batches accumulate into one step.
+// Backward accumulates into the store's gradients dloss × the gradient of
+// the mean loss of the last Forward. dloss is 1 for one micro-batch per step
+// and 1/n when n micro-batches accumulate into one step.
 func (m *Model) Backward(dloss float32) {
-	cfg, a, w, g, gs := m.Config, &m.acts, &m.w, &m.g, &m.grad
+	cfg, a, gs, st := m.Config, &m.acts, &m.grad, m.store
 	N, C, V, L := m.B*m.T, cfg.Embd, cfg.Vocab, cfg.Layers
 	m.be.CrossEntropyBackward(a.probs, a.probs, m.y, dloss/float32(N), N, V)
-	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, 1, g.wte, C)
-	m.be.Matmul(false, false, N, C, V, a.probs, V, w.wte, C, 0, gs.dln, C)
+	wte, _ := cfg.embView(st.Weights(0))
+	st.Prefetch(L + 1)
+	gwte, gwpe := cfg.embView(st.Grads(0))
+	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, 1, gwte, C)
+	m.be.Matmul(false, false, N, C, V, a.probs, V, wte, C, 0, gs.dln, C)
+	st.Release(0)
+	lnfw, _ := cfg.finalView(st.Weights(L + 1))
+	st.Prefetch(L)
+	glnfw, glnfb := cfg.finalView(st.Grads(L + 1))
 	clear(gs.dres)
-	m.be.LayerNormBackward(gs.dres, g.lnfw, g.lnfb, gs.dln, a.res[L], w.lnfw, a.lnfMean, a.lnfRstd, N, C)
+	m.be.LayerNormBackward(gs.dres, glnfw, glnfb, gs.dln, a.res[L], lnfw, a.lnfMean, a.lnfRstd, N, C)
+	st.GradsDone(L + 1)
+	st.Release(L + 1)
 	for l := L - 1; l >= 0; l-- {
 		la := a.layer(l)
+		lw := cfg.blockView(st.Weights(1 + l))
+		if l > 0 {
+			st.Prefetch(l)
+		}
 		switch m.Recompute {
 		case RecomputeFull:
 			// Rewrites res[l+1] with the bit-identical values it holds.
-			m.blockForward(l, la, a.res[l], a.res[l+1])
+			m.blockForward(&lw, la, a.res[l], a.res[l+1])
 		case RecomputeSelective:
 			m.be.Gelu(la.fchGelu, la.fch)
 		}
-		m.blockBackward(l, la, a.res[l])
+		gw := cfg.blockView(st.Grads(1 + l))
+		m.blockBackward(&lw, &gw, la, a.res[l])
+		st.GradsDone(1 + l)
+		st.Release(1 + l)
 	}
-	m.be.EncoderBackward(g.wte, g.wpe, gs.dres, m.x, m.B, m.T, C)
+	m.be.EncoderBackward(gwte, gwpe, gs.dres, m.x, m.B, m.T, C)
+	st.GradsDone(0)
 }
 
-// blockBackward turns gs.dres from the gradient of block l's output into the
-// gradient of its input, accumulating the block's weight gradients.
-func (m *Model) blockBackward(l int, la *layerActs, in []float32) {
-	be, lw, gw, gs := m.be, &m.w.layers[l], &m.g.layers[l], &m.grad
+// blockBackward turns gs.dres from the gradient of a block's output into
+// the gradient of its input, accumulating the block's weight gradients
+// into gw.
+func (m *Model) blockBackward(lw, gw *layerWeights, la *layerActs, in []float32) {
+	be, gs := m.be, &m.grad
 	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
 	dres := gs.dres
 	// out = res2 + c_proj(gelu(c_fc(LN2(res2))))

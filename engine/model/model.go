@@ -31,26 +31,42 @@ func ParseRecompute(s string) (Recompute, error) {
 	return "", fmt.Errorf("model: recompute %q: want none, selective or full", s)
 }
 
-// Model is a GPT-2 sized for micro-batches of B sequences of T tokens, with
-// its parameters, their gradients and the activation buffers.
+// Model is a GPT-2 sized for micro-batches of B sequences of T tokens: its
+// activation buffers, and a Store that holds its parameters and gradients.
 type Model struct {
 	Config    Config
 	B, T      int
 	Recompute Recompute
-	Params    []float32 // every parameter, in Config.Params order
-	Grads     []float32 // their gradients, same layout
+	// Params and Grads are the dense store's flat slices, in Config.Params
+	// order; nil when another Store holds the parameters.
+	Params []float32
+	Grads  []float32
 
 	be     backend.Backend
 	params []Param
-	w, g   weights // views of Params and Grads
+	store  Store
 	acts   activations
 	grad   gradScratch
 	x, y   []int32 // the micro-batch of the last Forward
 }
 
-// New allocates a model for micro-batches of B×T tokens (T ≤ cfg.Seq). Its
-// parameters are zero until Init or a load.
+// New allocates a model for micro-batches of B×T tokens (T ≤ cfg.Seq) with
+// a dense store. Its parameters are zero until Init or a load.
 func New(cfg Config, B, T int, be backend.Backend, rc Recompute) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := newDense(cfg)
+	m, err := NewWithStore(cfg, B, T, be, rc, d)
+	if err != nil {
+		return nil, err
+	}
+	m.Params, m.Grads = d.params, d.grads
+	return m, nil
+}
+
+// NewWithStore allocates a model whose parameters and gradients st holds.
+func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Store) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -60,12 +76,7 @@ func New(cfg Config, B, T int, be backend.Backend, rc Recompute) (*Model, error)
 	if rc == "" {
 		rc = RecomputeNone
 	}
-	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params()}
-	n := cfg.NumParams()
-	m.Params = make([]float32, n)
-	m.Grads = make([]float32, n)
-	m.w = viewWeights(cfg, m.params, m.Params)
-	m.g = viewWeights(cfg, m.params, m.Grads)
+	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params(), store: st}
 	m.acts = newActivations(cfg, B, T, rc)
 	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T))
 	return m, nil
@@ -74,15 +85,19 @@ func New(cfg Config, B, T int, be backend.Backend, rc Recompute) (*Model, error)
 // ParamList describes the parameters: names, shapes and offsets into Params.
 func (m *Model) ParamList() []Param { return m.params }
 
-// Init sets the parameters as GPT-2 initialises them, deterministically from
-// seed: weights and embeddings normal with std 0.02, the projections into
-// the residual stream (attn.c_proj, mlp.c_proj) with std 0.02/sqrt(2·layers),
-// biases zero, LayerNorm gains one.
-func (m *Model) Init(seed uint64) {
+// Init sets the parameters of a dense model as InitParams does.
+func (m *Model) Init(seed uint64) { InitParams(m.Config, seed, m.Params) }
+
+// InitParams fills flat (c.NumParams() long) as GPT-2 initialises its
+// parameters, deterministically from seed: weights and embeddings normal
+// with std 0.02, the projections into the residual stream (attn.c_proj,
+// mlp.c_proj) with std 0.02/sqrt(2·layers), biases zero, LayerNorm gains
+// one.
+func InitParams(c Config, seed uint64, flat []float32) {
 	rng := rand.New(rand.NewPCG(seed, 0x67747261696e)) // "gtrain"
-	projStd := 0.02 / math.Sqrt(2*float64(m.Config.Layers))
-	for _, p := range m.params {
-		dst := m.Params[p.Offset : p.Offset+p.Size()]
+	projStd := 0.02 / math.Sqrt(2*float64(c.Layers))
+	for _, p := range c.Params() {
+		dst := flat[p.Offset : p.Offset+p.Size()]
 		switch {
 		case len(p.Shape) == 1 && strings.HasSuffix(p.Name, ".weight"): // LayerNorm gain
 			fill(dst, 1)
@@ -100,10 +115,12 @@ func (m *Model) Init(seed uint64) {
 	}
 }
 
-// ZeroGrad clears the gradients before a step's first micro-batch.
+// ZeroGrad clears a dense model's gradients before a step's first
+// micro-batch (other stores clear their own).
 func (m *Model) ZeroGrad() { clear(m.Grads) }
 
-// Memory is the bytes a model holds, by category.
+// Memory is the bytes a model holds, by category: parameters and gradients
+// of a dense store, and the activation buffers.
 type Memory struct {
 	Params      int64 `json:"params"`
 	Grads       int64 `json:"grads"`

@@ -79,6 +79,27 @@ func NewAdamW(cfg Config, n int, groups []Group) *AdamW {
 // in torch.optim.AdamW's order: decay the weights, update the moments, step
 // by the bias-corrected ratio.
 func (o *AdamW) Update(params, grads []float32, lr float64) {
+	parts := make([]Part, len(o.groups))
+	for i, g := range o.groups {
+		parts[i] = Part{P: params[g.Offset : g.Offset+g.Size], G: grads[g.Offset : g.Offset+g.Size], At: g.Offset, Decay: g.Decay}
+	}
+	o.UpdateParts(parts, lr, 1)
+}
+
+// Part is a run of parameters updated together: P the parameters, G their
+// gradients (len(P) each), At where their moments start in M and V. ZeRO
+// updates the parts of the partition a rank owns, which lie in several
+// places of the flat parameter layout.
+type Part struct {
+	P, G  []float32
+	At    int
+	Decay bool
+}
+
+// UpdateParts applies one AdamW step to parts, with the gradients
+// multiplied by gradScale first (loss-scale removal and clipping in one
+// pass; 1 leaves them as they are, bit for bit).
+func (o *AdamW) UpdateParts(parts []Part, lr float64, gradScale float32) {
 	o.Step++
 	c := o.Config
 	b1, b2 := float32(c.Beta1), float32(c.Beta2)
@@ -87,17 +108,19 @@ func (o *AdamW) Update(params, grads []float32, lr float64) {
 	stepSize := float32(lr) / bc1
 	sqrtBC2 := float32(math.Sqrt(float64(bc2)))
 	eps := float32(c.Eps)
-	for _, g := range o.groups {
+	for _, pt := range parts {
 		decay := float32(1)
-		if g.Decay {
+		if pt.Decay {
 			decay = float32(1 - lr*c.WeightDecay)
 		}
-		p := params[g.Offset : g.Offset+g.Size]
-		gr := grads[g.Offset : g.Offset+g.Size]
-		m := o.M[g.Offset : g.Offset+g.Size]
-		v := o.V[g.Offset : g.Offset+g.Size]
+		p, gr := pt.P, pt.G[:len(pt.P)]
+		m := o.M[pt.At : pt.At+len(p)]
+		v := o.V[pt.At : pt.At+len(p)]
 		for i := range p {
 			gi := gr[i]
+			if gradScale != 1 {
+				gi *= gradScale
+			}
 			mi := b1*m[i] + (1-b1)*gi
 			vi := b2*v[i] + (1-b2)*gi*gi
 			m[i], v[i] = mi, vi

@@ -7,20 +7,16 @@ import (
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/data"
+	"github.com/gtrain/gtrain/engine/zero"
 )
 
-// Optimizer-state tensors are named after their parameter, as PyTorch's
-// AdamW state_dict calls the moments.
-const (
-	expAvgPrefix   = ckpt.OptimizerPrefix + "exp_avg."
-	expAvgSqPrefix = ckpt.OptimizerPrefix + "exp_avg_sq."
-)
-
-// rankState is a rank's position in the run, saved beside its tensors.
+// rankState is the run's position, saved beside each rank's tensors (the
+// same on every rank: the sampler's stream is global).
 type rankState struct {
 	Step     int               `json:"step"`      // steps completed
 	AdamStep int               `json:"adam_step"` // optimizer steps taken (bias correction)
 	Sampler  data.SamplerState `json:"sampler"`
+	Scaler   *zero.ScalerState `json:"loss_scaler,omitempty"` // fp16
 }
 
 // NewestValid is the newest valid checkpoint in dir, if any. Like Latest it
@@ -56,33 +52,17 @@ func (t *Trainer) prepareCheckpoints(res *Result) error {
 	return nil
 }
 
-// load restores parameters, optimizer moments, step and sampler position
-// from this rank's file of c.
+// load restores parameters, optimizer state, step, sampler position and
+// loss scale from c, whatever DP size and ZeRO stage wrote it: each rank
+// takes its part of every tensor (engine/zero resharding).
 func (t *Trainer) load(c *ckpt.Checkpoint) error {
 	fail := func(err error) error { return fmt.Errorf("train: load %s: %w", c.Dir, err) }
-	if w := c.Manifest.Layout.World; w != max(t.env.World, 1) {
-		return fail(fmt.Errorf("written by %d ranks, resumed on %d: resharding arrives with ZeRO (issue 6); resume with %d ranks", w, max(t.env.World, 1), w))
-	}
-	tensors, stateBytes, err := c.Shard(t.env.Rank)
-	if err != nil {
+	if err := t.zero.Load(c); err != nil {
 		return fail(err)
 	}
-	byName := make(map[string]ckpt.Tensor, len(tensors))
-	for _, tn := range tensors {
-		byName[tn.Name] = tn
-	}
-	m := t.model
-	for _, p := range m.ParamList() {
-		for _, dst := range []struct {
-			name string
-			buf  []float32
-		}{{p.Name, m.Params}, {expAvgPrefix + p.Name, t.opt.M}, {expAvgSqPrefix + p.Name, t.opt.V}} {
-			tn, ok := byName[dst.name]
-			if !ok || tn.Offset != 0 || len(tn.Data) != p.Size() {
-				return fail(fmt.Errorf("tensor %s: missing or of another size (is this checkpoint of the same model?)", dst.name))
-			}
-			copy(dst.buf[p.Offset:p.Offset+p.Size()], tn.Data)
-		}
+	stateBytes, err := c.State(c.Manifest.Files[0].Rank)
+	if err != nil {
+		return fail(err)
 	}
 	var st rankState
 	if err := json.Unmarshal(stateBytes, &st); err != nil {
@@ -94,7 +74,13 @@ func (t *Trainer) load(c *ckpt.Checkpoint) error {
 	if err := t.sampler.Restore(st.Sampler); err != nil {
 		return fail(err)
 	}
-	t.step, t.opt.Step = st.Step, st.AdamStep
+	if st.Scaler != nil {
+		t.zero.RestoreScaler(*st.Scaler)
+	}
+	t.step, t.zero.Optimizer().Step = st.Step, st.AdamStep
+	if l := c.Manifest.Layout; l.World != t.env.World || l.ZeroStage != t.spec.Parallel.ZeroStage {
+		t.logf("resharded: checkpoint of %d ranks at ZeRO stage %d, resumed on %d at stage %d", l.World, l.ZeroStage, t.env.World, t.spec.Parallel.ZeroStage)
+	}
 	return nil
 }
 
@@ -105,33 +91,31 @@ func (t *Trainer) checkpointDue() bool {
 	return c.Dir != "" && (t.step == t.spec.Steps || (c.Every > 0 && t.step%c.Every == 0))
 }
 
-// SaveCheckpoint writes this rank's tensors and state for the current step
-// and, on rank 0, commits the checkpoint. It returns the step directory.
+// SaveCheckpoint writes this rank's part of the state for the current
+// step; rank 0 commits the checkpoint once every rank's file is written.
+// Every rank must call it. It returns the step directory.
 func (t *Trainer) SaveCheckpoint() (string, error) {
-	dir, m := t.spec.Checkpoint.Dir, t.model
-	tensors := make([]ckpt.Tensor, 0, 3*len(m.ParamList()))
-	for _, src := range []struct {
-		prefix string
-		buf    []float32
-	}{{"", m.Params}, {expAvgPrefix, t.opt.M}, {expAvgSqPrefix, t.opt.V}} {
-		for _, p := range m.ParamList() {
-			tensors = append(tensors, ckpt.Tensor{Name: src.prefix + p.Name, Shape: p.Shape, Data: src.buf[p.Offset : p.Offset+p.Size()]})
-		}
+	dir := t.spec.Checkpoint.Dir
+	st := rankState{Step: t.step, AdamStep: t.zero.Optimizer().Step, Sampler: t.sampler.State()}
+	if t.spec.Precision == "fp16" {
+		sc := t.zero.Scaler()
+		st.Scaler = &sc
 	}
-	state, err := json.Marshal(rankState{Step: t.step, AdamStep: t.opt.Step, Sampler: t.sampler.State()})
+	state, err := json.Marshal(st)
 	if err != nil {
 		return "", err
 	}
-	f, err := ckpt.WriteShard(dir, int64(t.step), t.env.Rank, tensors, state)
-	if err != nil {
-		return "", fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
+	f, werr := ckpt.WriteShard(dir, int64(t.step), t.env.Rank, t.zero.Shard(), state)
+	files, err := t.shareFiles(f, werr)
+	if err == nil && t.env.Rank == 0 {
+		p := t.spec.Parallel
+		man := ckpt.Manifest{
+			Step: int64(t.step), Job: t.marshalSpec(), Files: files,
+			Layout: ckpt.Layout{World: t.env.World, DP: p.DP, TP: p.TP, PP: p.PP, ZeroStage: p.ZeroStage},
+		}
+		err = ckpt.Commit(dir, man, t.spec.Checkpoint.Keep, t.env.Warn)
 	}
-	p := t.spec.Parallel
-	man := ckpt.Manifest{
-		Step: int64(t.step), Job: t.marshalSpec(), Files: []ckpt.File{f},
-		Layout: ckpt.Layout{World: max(t.env.World, 1), DP: p.DP, TP: p.TP, PP: p.PP, ZeroStage: p.ZeroStage},
-	}
-	if err := ckpt.Commit(dir, man, t.spec.Checkpoint.Keep, t.env.Warn); err != nil {
+	if err = t.agree(err); err != nil {
 		return "", fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
 	}
 	return filepath.Join(dir, ckpt.StepDirName(int64(t.step))), nil

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/optim"
+	"github.com/gtrain/gtrain/engine/zero"
 )
 
 // Spec is a training job: what a job file says. The launcher fills it from
@@ -26,6 +28,10 @@ type Spec struct {
 	LogEvery   int          `json:"log_every" mapstructure:"log_every"` // a log line every N steps (status records every step)
 	Parallel   Parallel     `json:"parallel" mapstructure:"parallel"`
 	Threads    int          `json:"threads" mapstructure:"threads"` // compute goroutines per rank; 0: this host's cores / its ranks
+	// Precision is the working parameters' type: fp32, or bf16 or fp16
+	// (mixed precision: fp32 master weights and optimizer state).
+	Precision string            `json:"precision" mapstructure:"precision"`
+	LossScale zero.ScalerConfig `json:"loss_scale" mapstructure:"loss_scale"` // fp16 only
 }
 
 // ModelSpec names a preset and overrides any of its fields (0 keeps the
@@ -64,14 +70,23 @@ type EvalSpec struct {
 	Batches int `json:"batches" mapstructure:"batches"`
 }
 
-// Parallel is the layout. This engine trains one data-parallel rank with no
-// tensor or pipeline parallelism and ZeRO stage 0; larger layouts arrive
-// with the distributed engine.
+// Parallel is the layout: data-parallel ranks and the ZeRO stage, and how
+// gradients travel. Tensor and pipeline parallelism (tp, pp) are not in the
+// engine yet and must be 1; `gtrain plan` previews layouts that use them.
 type Parallel struct {
-	DP        int `json:"dp" mapstructure:"dp"`
+	DP        int `json:"dp" mapstructure:"dp"` // data-parallel ranks; 0 means every rank of the run
 	TP        int `json:"tp" mapstructure:"tp"`
 	PP        int `json:"pp" mapstructure:"pp"`
 	ZeroStage int `json:"zero_stage" mapstructure:"zero_stage"`
+	// BucketMB and FirstBucketMB size the gradient buckets (MiB of
+	// gradients) reduced while backward goes on; the first to fill is
+	// small so that communication starts early (PyTorch DDP's 25 and 1).
+	BucketMB      float64 `json:"bucket_mb" mapstructure:"bucket_mb"`
+	FirstBucketMB float64 `json:"first_bucket_mb" mapstructure:"first_bucket_mb"`
+	// GradDType is the type gradients are accumulated and reduced in: the
+	// precision's (default; half the bytes of fp32 under bf16 or fp16) or
+	// fp32.
+	GradDType string `json:"grad_dtype,omitempty" mapstructure:"grad_dtype"`
 }
 
 // DefaultSpec is the embedded default job: a tiny GPT on the synthetic
@@ -89,7 +104,8 @@ func DefaultSpec() Spec {
 		Checkpoint: CkptSpec{Every: 100, Keep: 2},
 		Eval:       EvalSpec{Every: 50, Batches: 8},
 		LogEvery:   10,
-		Parallel:   Parallel{DP: 1, TP: 1, PP: 1},
+		Parallel:   Parallel{TP: 1, PP: 1, BucketMB: 25, FirstBucketMB: 1},
+		Precision:  "fp32",
 	}
 }
 
@@ -151,10 +167,46 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("job: checkpoint.every %d, checkpoint.keep %d: must not be negative", s.Checkpoint.Every, s.Checkpoint.Keep)
 	case s.Eval.Every < 0 || s.Eval.Batches < 0 || s.LogEvery < 0 || s.Threads < 0:
 		return errors.New("job: eval.every, eval.batches, log_every and threads must not be negative")
-	case p.DP > 1 || p.TP > 1 || p.PP > 1 || p.ZeroStage != 0:
-		return fmt.Errorf("job: parallel dp=%d tp=%d pp=%d zero_stage=%d: this engine trains on one rank (dp, tp, pp 1, zero_stage 0); data parallelism and ZeRO arrive with issue 6", p.DP, p.TP, p.PP, p.ZeroStage)
+	case p.TP > 1 || p.PP > 1:
+		return fmt.Errorf("job: parallel.tp %d, parallel.pp %d: the engine has data parallelism and ZeRO only; set both to 1 (gtrain plan previews TP and PP layouts)", p.TP, p.PP)
+	case p.DP < 0 || p.TP < 0 || p.PP < 0:
+		return fmt.Errorf("job: parallel.dp %d: must not be negative (0 means every rank of the run)", p.DP)
+	case p.ZeroStage < 0 || p.ZeroStage > 3:
+		return fmt.Errorf("job: parallel.zero_stage %d: want 0 (plain data parallel), 1, 2 or 3", p.ZeroStage)
+	case p.BucketMB < 0 || p.FirstBucketMB < 0:
+		return fmt.Errorf("job: parallel.bucket_mb %g, parallel.first_bucket_mb %g: must not be negative", p.BucketMB, p.FirstBucketMB)
 	}
-	return nil
+	_, err = s.ZeroConfig()
+	return err
+}
+
+// ZeroConfig is the spec's data-parallel engine setup.
+func (s Spec) ZeroConfig() (zero.Config, error) {
+	params, err := zero.ParseDType(s.Precision)
+	if err != nil {
+		return zero.Config{}, fmt.Errorf("job: precision %q: want fp32, bf16 or fp16", s.Precision)
+	}
+	grads := params
+	if g := s.Parallel.GradDType; g != "" {
+		if grads, err = zero.ParseDType(g); err != nil || (grads != comm.Float32 && grads != params) {
+			return zero.Config{}, fmt.Errorf("job: parallel.grad_dtype %q: want fp32 or the precision (%s)", g, s.Precision)
+		}
+	}
+	elems := func(mb float64, def float64) int {
+		if mb == 0 {
+			mb = def
+		}
+		return max(1, int(mb*(1<<20))/grads.Size())
+	}
+	c := zero.Config{
+		Stage: s.Parallel.ZeroStage, Params: params, Grads: grads,
+		FirstBucket: elems(s.Parallel.FirstBucketMB, 1), Bucket: elems(s.Parallel.BucketMB, 25),
+		Scaler: s.LossScale, Optim: s.Optim,
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("job: %w", err)
+	}
+	return c, nil
 }
 
 // Resolved returns s with every default made explicit: the model's preset
@@ -174,8 +226,9 @@ func (s Spec) Resolved() (Spec, error) {
 	if s.Recompute == "" {
 		s.Recompute = string(model.RecomputeNone)
 	}
-	if s.Parallel == (Parallel{}) {
-		s.Parallel = Parallel{DP: 1, TP: 1, PP: 1}
+	s.Parallel.TP, s.Parallel.PP = max(s.Parallel.TP, 1), max(s.Parallel.PP, 1)
+	if s.Precision == "" {
+		s.Precision = "fp32"
 	}
 	return s, nil
 }

@@ -9,18 +9,22 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/engine/backend"
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/data"
 	"github.com/gtrain/gtrain/engine/model"
-	"github.com/gtrain/gtrain/engine/optim"
+	"github.com/gtrain/gtrain/engine/zero"
 )
 
 // Env is what a rank's trainer knows of its surroundings.
 type Env struct {
 	Rank, World int
-	LocalWorld  int       // ranks on this host, to share its cores (0 means 1)
-	Status      io.Writer // JSON status records, one per line; nil for none
-	Log         io.Writer // human-readable progress lines; nil for none
-	Warn        func(string)
+	// Comm connects the data-parallel ranks (rank and size as above); nil
+	// for a single rank.
+	Comm       *comm.Communicator
+	LocalWorld int       // ranks on this host, to share its cores (0 means 1)
+	Status     io.Writer // JSON status records, one per line; nil for none
+	Log        io.Writer // human-readable progress lines; nil for none
+	Warn       func(string)
 	// Resume continues from the newest valid checkpoint in the spec's
 	// checkpoint directory; without it, a directory that already holds
 	// checkpoints is an error rather than something to overwrite.
@@ -37,21 +41,27 @@ type Result struct {
 	ValLoss    float32   // last validation loss (0 when never evaluated)
 	Checkpoint string    // the last checkpoint written, if any
 	Resumed    int       // the step the run resumed from (0 for a fresh run)
+	Skipped    int       // steps skipped for fp16 overflow, in the whole run
 }
 
-// Trainer holds one rank's model, optimizer and data.
+// Trainer holds one rank's model, its data-parallel state (parameters,
+// gradients and optimizer, see engine/zero) and its data.
 type Trainer struct {
 	spec    Spec
 	env     Env
 	model   *model.Model
-	opt     *optim.AdamW
+	zero    *zero.Engine
 	sampler *data.Sampler
 	train   *data.Tokens
 	val     *data.Tokens
 	eval    *data.EvalSet // nil without validation data or eval.every
 	x, y    []int32
-	step    int // steps completed
+	step    int             // steps completed
+	runCtx  context.Context // Run's, for the collectives of checkpoints
 }
+
+// ctx is the context of the run in progress.
+func (t *Trainer) ctx() context.Context { return t.runCtx }
 
 // New builds a trainer from a spec: model initialised from the seed,
 // optimizer state zero, sampler at its start.
@@ -60,11 +70,14 @@ func New(spec Spec, env Env) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if env.World > 1 {
-		return nil, fmt.Errorf("train: %d ranks: this engine trains on one rank; data parallelism arrives with issue 6 (run with --nproc-per-node 1)", env.World)
+	if env.World = max(env.World, 1); env.World > 1 && (env.Comm == nil || env.Comm.Size() != env.World) {
+		return nil, fmt.Errorf("train: %d ranks need a communicator of that size", env.World)
 	}
 	if env.Warn == nil {
 		env.Warn = func(string) {}
+	}
+	if spec, err = fitDP(spec, env); err != nil {
+		return nil, err
 	}
 	cfg := spec.Model.Config
 	t := &Trainer{spec: spec, env: env}
@@ -78,18 +91,27 @@ func New(spec Spec, env Env) (*Trainer, error) {
 	return t, nil
 }
 
-// build allocates the model, optimizer, sampler and batch buffers.
+// build allocates the model, the data-parallel engine, the sampler and the
+// batch buffers.
 func (t *Trainer) build() error {
 	spec, env, cfg := t.spec, t.env, t.spec.Model.Config
-	var err error
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	rc, _ := model.ParseRecompute(spec.Recompute)
-	if t.model, err = model.New(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc); err != nil {
+	zc, err := spec.ZeroConfig()
+	if err != nil {
 		return err
 	}
-	t.model.Init(spec.Seed)
-	t.opt = optim.NewAdamW(spec.Optim, len(t.model.Params), groups(t.model.ParamList()))
-	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: env.Rank, World: max(env.World, 1)})
+	// Every rank initialises the full model from the seed and keeps its own
+	// part: the same values on every rank, no broadcast needed.
+	flat := make([]float32, cfg.NumParams())
+	model.InitParams(cfg, spec.Seed, flat)
+	if t.zero, err = zero.New(zc, cfg, env.Comm, flat); err != nil {
+		return err
+	}
+	if t.model, err = model.NewWithStore(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc, t.zero); err != nil {
+		return err
+	}
+	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: env.Rank, World: env.World})
 	if err != nil {
 		return err
 	}
@@ -102,6 +124,33 @@ func (t *Trainer) build() error {
 	return nil
 }
 
+// fitDP makes parallel.dp the run's rank count. A spec written for another
+// count is an error, except on resume, where the micro-batch is rescaled
+// so that the global batch (and so the data order and the loss curve)
+// stays the checkpoint's.
+func fitDP(spec Spec, env Env) (Spec, error) {
+	p := &spec.Parallel
+	if p.DP == 0 || p.DP == env.World {
+		p.DP = env.World
+		return spec, nil
+	}
+	b := &spec.Batch
+	rows := b.MicroBatch * p.DP // sequences per micro-step, over all ranks
+	if !env.Resume {
+		return spec, fmt.Errorf("train: parallel.dp %d, but the run has %d ranks: set parallel.dp to %d or to 0 (every rank)", p.DP, env.World, env.World)
+	}
+	if rows%env.World != 0 {
+		return spec, fmt.Errorf("train: resume on %d ranks: the checkpoint's %d sequences per micro-step (micro_batch %d × dp %d) do not divide over %d ranks; resume on a divisor of %d ranks",
+			env.World, rows, b.MicroBatch, p.DP, env.World, rows)
+	}
+	if env.Rank == 0 && env.Log != nil {
+		fmt.Fprintf(env.Log, "resharding: dp %d → %d, micro_batch %d → %d (the global batch stays %d sequences)\n",
+			p.DP, env.World, b.MicroBatch, rows/env.World, rows*b.GradAccum)
+	}
+	b.MicroBatch, p.DP = rows/env.World, env.World
+	return spec, nil
+}
+
 // threads is the compute goroutines for one rank: the spec's, or this
 // host's cores shared among its ranks.
 func (s Spec) threads(env Env) int {
@@ -109,19 +158,6 @@ func (s Spec) threads(env Env) int {
 		return s.Threads
 	}
 	return max(1, runtime.NumCPU()/max(1, env.LocalWorld))
-}
-
-// groups merges consecutive parameters with the same weight-decay setting.
-func groups(ps []model.Param) []optim.Group {
-	var gs []optim.Group
-	for _, p := range ps {
-		if n := len(gs); n > 0 && gs[n-1].Decay == p.Decay && gs[n-1].Offset+gs[n-1].Size == p.Offset {
-			gs[n-1].Size += p.Size()
-			continue
-		}
-		gs = append(gs, optim.Group{Offset: p.Offset, Size: p.Size(), Decay: p.Decay})
-	}
-	return gs
 }
 
 // openData opens the token files, or builds the synthetic corpus, and
@@ -167,30 +203,36 @@ func (t *Trainer) Close() error {
 	return err
 }
 
-// Step is one optimizer step: the micro-batches of one global batch forward
-// and backward, the gradient clipped, AdamW applied. It returns the mean
-// loss, the gradient norm before clipping and the learning rate used.
-func (t *Trainer) Step() (loss float32, norm, lr float64, err error) {
-	m, accum := t.model, t.spec.Batch.GradAccum
-	m.ZeroGrad()
+// Step is one optimizer step: the micro-batches of this rank's share of
+// the global batch forward and backward (gradients reduced over the ranks
+// as backward goes), then the engine's update. It returns the mean loss
+// over all ranks and the learning rate used.
+func (t *Trainer) Step() (loss float32, res zero.StepResult, lr float64, err error) {
+	m, e, accum := t.model, t.zero, t.spec.Batch.GradAccum
+	dloss := float32(e.LossScale()) / float32(accum)
 	var sum float64
-	for range accum {
+	for i := range accum {
+		e.BeginMicro(i, accum)
 		if err := t.sampler.Next(t.x, t.y); err != nil {
-			return 0, 0, 0, err
+			return 0, res, 0, err
 		}
 		l, err := m.Forward(t.x, t.y)
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, res, 0, err
 		}
 		sum += float64(l)
-		m.Backward(1 / float32(accum))
+		m.Backward(dloss)
 	}
-	norm = optim.GradNorm(m.Grads)
-	optim.Clip(m.Grads, norm, t.spec.Optim.GradClip)
 	lr = t.spec.Optim.LRAt(t.step)
-	t.opt.Update(m.Params, m.Grads, lr)
+	if res, err = e.Step(lr); err != nil {
+		return 0, res, 0, err
+	}
+	mean := []float32{float32(sum / float64(accum))}
+	if err := e.Mean(mean); err != nil {
+		return 0, res, 0, err
+	}
 	t.step++
-	return float32(sum / float64(accum)), norm, lr, nil
+	return mean[0], res, lr, nil
 }
 
 // Run trains until the spec's steps (or env.StopAfter) are done or ctx ends,
@@ -207,6 +249,8 @@ func Run(ctx context.Context, spec Spec, env Env) (Result, error) {
 // Run is the training loop of t.
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	var res Result
+	t.runCtx = ctx
+	t.zero.Bind(ctx)
 	if err := t.prepareCheckpoints(&res); err != nil {
 		return res, err
 	}
@@ -214,21 +258,21 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.env.StopAfter > 0 {
 		last = min(last, t.env.StopAfter)
 	}
-	tokens := t.spec.Batch.MicroBatch * t.spec.Batch.Seq * t.spec.Batch.GradAccum * max(t.env.World, 1)
-	t.logf("gtrain engine: %s, %d parameters, %d steps of %d tokens, %d threads, starting at step %d",
-		t.describeModel(), len(t.model.Params), t.spec.Steps, tokens, t.spec.threads(t.env), t.step)
+	tokens := t.spec.Batch.MicroBatch * t.spec.Batch.Seq * t.spec.Batch.GradAccum * t.env.World
+	t.logf("gtrain engine: %s, %d parameters, %d steps of %d tokens, %s, %d threads per rank, starting at step %d",
+		t.describeModel(), t.model.Config.NumParams(), t.spec.Steps, tokens, t.describeLayout(), t.spec.threads(t.env), t.step)
 	for t.step < last {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("train: stopped at step %d: %w", t.step, context.Cause(ctx))
 		}
 		start := time.Now()
-		loss, norm, lr, err := t.Step()
+		loss, sr, lr, err := t.Step()
 		if err != nil {
 			return res, fmt.Errorf("train: step %d: %w", t.step+1, err)
 		}
 		elapsed := time.Since(start)
 		res.Losses = append(res.Losses, loss)
-		rec := t.record(loss, norm, lr, elapsed, tokens)
+		rec := t.record(loss, sr, lr, elapsed, tokens)
 		if t.eval != nil && (t.step%t.spec.Eval.Every == 0 || t.step == t.spec.Steps) {
 			if res.ValLoss, err = t.Evaluate(); err != nil {
 				return res, err
@@ -242,11 +286,13 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			}
 		}
 	}
-	res.Steps = t.step
+	res.Steps, res.Skipped = t.step, t.zero.Scaler().Skipped
 	return res, nil
 }
 
-// Evaluate is the mean loss over the validation batches.
+// Evaluate is the mean loss over the validation batches, over all ranks
+// (every rank evaluates the same batches; stage 3 needs all of them to
+// gather the layers).
 func (t *Trainer) Evaluate() (float32, error) {
 	var sum float64
 	for i := range t.eval.Len() {
@@ -259,6 +305,9 @@ func (t *Trainer) Evaluate() (float32, error) {
 		}
 		sum += float64(l)
 	}
+	if err := t.zero.Err(); err != nil {
+		return 0, err
+	}
 	return float32(sum / float64(t.eval.Len())), nil
 }
 
@@ -267,8 +316,15 @@ func (t *Trainer) describeModel() string {
 	return fmt.Sprintf("GPT-2 %d layers, %d heads, %d hidden, seq %d, vocab %d", c.Layers, c.Heads, c.Embd, t.spec.Batch.Seq, c.Vocab)
 }
 
+// describeLayout names the data-parallel setup.
+func (t *Trainer) describeLayout() string {
+	p := t.spec.Parallel
+	return fmt.Sprintf("dp %d, ZeRO stage %d, %s", p.DP, p.ZeroStage, t.spec.Precision)
+}
+
+// logf writes a progress line; only rank 0 speaks for the job.
 func (t *Trainer) logf(format string, a ...any) {
-	if t.env.Log != nil {
+	if t.env.Log != nil && t.env.Rank == 0 {
 		fmt.Fprintf(t.env.Log, format+"\n", a...)
 	}
 }

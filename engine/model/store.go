@@ -1,0 +1,93 @@
+package model
+
+// A unit is the granule in which the engine moves parameters and their
+// gradients: unit 0 holds the embeddings (wte, wpe), unit 1+l block l, and
+// the last unit the final LayerNorm. Each is a contiguous run of the flat
+// parameter layout of Config.Params, so that ZeRO can gather one unit (a
+// layer) just before it is used and reduce its gradients as soon as
+// backward has produced them.
+type Unit struct {
+	Offset, Size int // in the flat parameter layout
+}
+
+// Units lists c's units in flat order.
+func (c Config) Units() []Unit {
+	C, L := c.Embd, c.Layers
+	emb := c.Vocab*C + c.Seq*C
+	block := 2*C + 3*C*C + 3*C + C*C + C + 2*C + 4*C*C + 4*C + 4*C*C + C
+	us := make([]Unit, 0, L+2)
+	us = append(us, Unit{0, emb})
+	for l := range L {
+		us = append(us, Unit{emb + l*block, block})
+	}
+	return append(us, Unit{emb + L*block, 2 * C})
+}
+
+// Store holds a model's parameters and gradients; the model asks it for one
+// unit at a time. The dense store keeps everything in two flat slices; the
+// ZeRO stores of engine/zero gather partitioned or low-precision parameters
+// on demand and reduce gradients as units complete.
+//
+// In a forward pass the model calls Weights(u) before using unit u and
+// Release(u) after; Prefetch(u) says which unit it will ask for next, so
+// that a store can start fetching it while the current one computes. In a
+// backward pass it also calls Grads(u) once, before unit u's first gradient
+// (for the embeddings that is at the start of backward, because the tied
+// output layer contributes first), and GradsDone(u) when unit u's gradient
+// of this micro-batch is complete.
+type Store interface {
+	Weights(u int) []float32 // unit u as float32, laid out as in Params; valid until Release(u)
+	Release(u int)
+	Prefetch(u int)
+	Grads(u int) []float32 // where backward accumulates (+=) unit u's gradients
+	GradsDone(u int)
+}
+
+// dense is the Store of a rank holding every parameter and gradient in
+// float32 (Model.Params and Model.Grads): views, no copies.
+type dense struct {
+	params, grads []float32
+	units         []Unit
+}
+
+func newDense(c Config) *dense {
+	n := c.NumParams()
+	return &dense{params: make([]float32, n), grads: make([]float32, n), units: c.Units()}
+}
+
+func (d *dense) view(s []float32, u int) []float32 {
+	x := d.units[u]
+	return s[x.Offset : x.Offset+x.Size : x.Offset+x.Size]
+}
+
+func (d *dense) Weights(u int) []float32 { return d.view(d.params, u) }
+func (d *dense) Grads(u int) []float32   { return d.view(d.grads, u) }
+func (d *dense) Release(int)             {}
+func (d *dense) Prefetch(int)            {}
+func (d *dense) GradsDone(int)           {}
+
+// embView splits the embedding unit into wte and wpe.
+func (c Config) embView(flat []float32) (wte, wpe []float32) {
+	n := c.Vocab * c.Embd
+	return flat[:n:n], flat[n:]
+}
+
+// blockView slices a block unit into its tensors, in Params order.
+func (c Config) blockView(flat []float32) layerWeights {
+	C := c.Embd
+	next := func(n int) []float32 {
+		s := flat[:n:n]
+		flat = flat[n:]
+		return s
+	}
+	return layerWeights{
+		ln1w: next(C), ln1b: next(C), qkvw: next(3 * C * C), qkvb: next(3 * C),
+		attprojw: next(C * C), attprojb: next(C), ln2w: next(C), ln2b: next(C),
+		fcw: next(4 * C * C), fcb: next(4 * C), fcprojw: next(4 * C * C), fcprojb: next(C),
+	}
+}
+
+// finalView splits the final unit into the LayerNorm's gain and bias.
+func (c Config) finalView(flat []float32) (w, b []float32) {
+	return flat[:c.Embd:c.Embd], flat[c.Embd:]
+}

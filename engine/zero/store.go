@@ -1,0 +1,225 @@
+package zero
+
+import (
+	"fmt"
+
+	"github.com/gtrain/gtrain/engine/comm"
+)
+
+// maxInFlight bounds the gradient collectives in progress during backward
+// (and so the bucket buffers held): with two, one bucket is on the wire
+// while the next fills.
+const maxInFlight = 2
+
+// unitRange is unit u's flat range.
+func (e *Engine) unitRange(u int) (lo, hi int) {
+	x := e.units[u]
+	return x.Offset, x.Offset + x.Size
+}
+
+// direct reports whether the model can use the working parameters in
+// place: fp32, not partitioned.
+func (e *Engine) direct() bool { return e.cfg.Stage < 3 && e.cfg.Params == comm.Float32 }
+
+// Weights returns unit u's parameters as float32: a view of the working
+// parameters (fp32, stages 0–2), their fp32 decoding (mixed precision), or
+// the unit gathered from every rank's part (stage 3).
+func (e *Engine) Weights(u int) []float32 {
+	lo, hi := e.unitRange(u)
+	if e.direct() {
+		return e.work.Float32s()[lo:hi]
+	}
+	lu := e.live[u]
+	if lu == nil {
+		lu = e.fetch(u)
+	}
+	lu.refs++
+	if lu.f32 != nil {
+		return lu.f32
+	}
+	if lu.h != nil {
+		e.wait(lu.h)
+	}
+	if lu.raw.DType() == comm.Float32 {
+		lu.f32 = lu.raw.Float32s()
+	} else {
+		lu.f32, lu.pool = e.pool.f32(hi-lo), true
+		decode(lu.f32, lu.raw)
+		if e.cfg.Stage == 3 {
+			e.pool.put(lu.raw)
+		}
+		lu.raw = comm.Buffer{}
+	}
+	return lu.f32
+}
+
+// fetch starts getting unit u: an all-gather of its parts (stage 3), or a
+// view of the low-precision working parameters to decode.
+func (e *Engine) fetch(u int) *liveUnit {
+	lo, hi := e.unitRange(u)
+	lu := &liveUnit{}
+	e.live[u] = lu
+	if e.cfg.Stage < 3 {
+		lu.raw = e.work.Slice(lo, hi)
+		return lu
+	}
+	lu.raw = e.pool.get(e.cfg.Params, hi-lo)
+	olo, ohi, at := e.part.Owned(e.segOf[u])
+	mine := e.own.Slice(at, at+ohi-olo)
+	if e.comm == nil {
+		copy(lu.raw.Bytes(), mine.Bytes())
+		return lu
+	}
+	lu.h = e.comm.AllGatherAsync(e.ctx, mine, lu.raw)
+	return lu
+}
+
+// Prefetch starts gathering unit u (stage 3) so that it arrives while the
+// current unit computes.
+func (e *Engine) Prefetch(u int) {
+	if e.cfg.Stage < 3 || u < 0 || u >= len(e.units) || e.live[u] != nil {
+		return
+	}
+	e.fetch(u)
+}
+
+// Release ends the model's use of unit u's parameters.
+func (e *Engine) Release(u int) {
+	lu := e.live[u]
+	if lu == nil || e.direct() {
+		return
+	}
+	if lu.refs--; lu.refs > 0 {
+		return
+	}
+	if lu.pool {
+		e.pool.putF32(lu.f32)
+	} else if e.cfg.Stage == 3 {
+		e.pool.put(lu.raw)
+	}
+	delete(e.live, u)
+}
+
+// Grads returns where backward accumulates unit u's gradients: a view of
+// the full fp32 gradients (stages 0–1), a zeroed slice of the bucket being
+// filled (fp32, stages 2–3), or zeroed fp32 scratch to convert.
+func (e *Engine) Grads(u int) []float32 {
+	lo, hi := e.unitRange(u)
+	if e.cfg.Grads == comm.Float32 {
+		if e.cfg.Stage < 2 {
+			return e.grads.Float32s()[lo:hi]
+		}
+		s := e.sendBuffer(e.segOf[u]).Float32s()
+		g := s[lo-e.part.Segments[e.segOf[u]].Offset:][:hi-lo]
+		clear(g)
+		return g
+	}
+	g := e.pool.f32(hi - lo)
+	clear(g)
+	e.open[u] = g
+	return g
+}
+
+// sendBuffer is the bucket of segment i, allocated (after the oldest
+// collective in flight has finished, if too many are) when first needed.
+func (e *Engine) sendBuffer(i int) comm.Buffer {
+	if b, ok := e.send[i]; ok {
+		return b
+	}
+	for len(e.inflight) >= maxInFlight {
+		e.finishOldest()
+	}
+	b := e.pool.get(e.cfg.Grads, e.part.Segments[i].Size)
+	e.send[i] = b
+	return b
+}
+
+// GradsDone files unit u's gradients of this micro-batch and, when its
+// segment is complete, starts the segment's reduction.
+func (e *Engine) GradsDone(u int) {
+	lo, hi := e.unitRange(u)
+	seg := e.segOf[u]
+	if g, ok := e.open[u]; ok {
+		delete(e.open, u)
+		switch {
+		case e.cfg.Stage < 2:
+			accumulate(e.grads.Slice(lo, hi), g)
+		default:
+			off := e.part.Segments[seg].Offset
+			encode(e.sendBuffer(seg).Slice(lo-off, hi-off), g)
+		}
+		e.pool.putF32(g)
+	}
+	s := e.part.Segments[seg]
+	if e.done[seg]++; e.done[seg] == s.Last-s.First+1 {
+		e.done[seg] = 0
+		e.reduce(seg)
+	}
+}
+
+// reduce starts the reduction of segment i's gradients: an all-reduce of
+// the full gradients on the step's last micro-batch (stages 0–1), a
+// reduce-scatter into the owned gradients on every micro-batch (stages
+// 2–3). Averaging, so that the result is the gradient of the global batch's
+// mean loss.
+func (e *Engine) reduce(i int) {
+	s := e.part.Segments[i]
+	if e.cfg.Stage < 2 {
+		if e.comm != nil && e.micro == e.micros-1 {
+			e.start(e.comm.AllReduceAsync(e.ctx, e.grads.Slice(s.Offset, s.Offset+s.Size), comm.Avg), nil)
+		}
+		return
+	}
+	send := e.send[i]
+	delete(e.send, i)
+	lo, hi, at := e.part.Owned(i)
+	dst := e.ownGrad.Slice(at, at+hi-lo)
+	recv, first := dst, e.micro == 0
+	if !first { // accumulate into what earlier micro-batches left
+		recv = e.pool.get(e.cfg.Grads, hi-lo)
+	}
+	after := func() { // may run during a later micro-batch
+		if !first {
+			addBuffer(dst, recv)
+			e.pool.put(recv)
+		}
+		e.pool.put(send)
+	}
+	if e.comm == nil {
+		copy(recv.Bytes(), send.Slice(lo-s.Offset, hi-s.Offset).Bytes())
+		after()
+		return
+	}
+	e.start(e.comm.ReduceScatterAsync(e.ctx, send, recv, comm.Avg), after)
+}
+
+func (e *Engine) start(h *comm.Handle, after func()) {
+	e.inflight = append(e.inflight, flight{h, after})
+}
+
+// finishOldest waits for the oldest collective in flight and completes it.
+func (e *Engine) finishOldest() {
+	f := e.inflight[0]
+	e.inflight = e.inflight[1:]
+	e.wait(f.h)
+	if f.after != nil {
+		f.after()
+	}
+}
+
+// wait waits for h, keeping the first error. The buffers of a failed
+// collective are still completed (with whatever they hold) so that the
+// engine's bookkeeping stays whole; the step reports the error.
+func (e *Engine) wait(h *comm.Handle) {
+	<-h.Done()
+	if err := h.Wait(e.ctx); err != nil && e.err == nil {
+		e.err = fmt.Errorf("zero: %w", err)
+	}
+}
+
+// drain completes every collective in flight.
+func (e *Engine) drain() {
+	for len(e.inflight) > 0 {
+		e.finishOldest()
+	}
+}
