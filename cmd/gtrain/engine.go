@@ -70,9 +70,13 @@ the one the uninterrupted run would have had. Checkpoints without a valid
 manifest or with a bad checksum are skipped with a warning.
 
 The hosts are this run's: give --hostfile (or --nproc-per-node) to move the
-job; without them it runs on this machine with the checkpoint's world size.`,
+job; without them it runs on this machine with the checkpoint's world size.
+On another number of ranks the checkpoint is resharded and the micro-batch
+rescaled so that the global batch stays the same. --set changes job keys,
+e.g. the ZeRO stage or the steps.`,
 		Example: `  gtrain resume runs/20261122-193012
-  gtrain resume --hostfile hosts.txt /shared/ckpt/gpt2`,
+  gtrain resume --hostfile hosts.txt /shared/ckpt/gpt2
+  gtrain resume --nproc-per-node 2 --set parallel.zero_stage=1 runs/20261122-193012`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := applyConfig(cmd, ios.Getenv); err != nil {
@@ -86,6 +90,7 @@ job; without them it runs on this machine with the checkpoint's world size.`,
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the plan, start nothing")
+	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the checkpoint's job, e.g. --set steps=2000 (repeatable)")
 	return cmd
 }
 
@@ -104,6 +109,11 @@ func resumeRun(ctx context.Context, o *RunOptions, dir string, nprocSet bool) er
 	var spec train.Spec
 	if err := json.Unmarshal(c.Manifest.Job, &spec); err != nil {
 		return fmt.Errorf("resume: %s: job spec in manifest: %w", c.Dir, err)
+	}
+	if len(o.Sets) > 0 {
+		if spec, err = overlayJob(spec, "", o.Sets); err != nil {
+			return err
+		}
 	}
 	spec.Checkpoint.Dir = abs // the directory may have moved since
 	if o.Hostfile == "" && !nprocSet && c.Manifest.Layout.World > 0 {

@@ -27,7 +27,11 @@ const EnvJobSpec = "GTRAIN_JOB_SPEC"
 // optim.lr=3e-4). Unknown keys are errors: a misspelt key silently ignored
 // is a run with the wrong hyperparameters.
 func loadJob(path string, sets []string) (train.Spec, error) {
-	spec := train.DefaultSpec()
+	return overlayJob(train.DefaultSpec(), path, sets)
+}
+
+// overlayJob is loadJob over another base spec (resume: the checkpoint's).
+func overlayJob(spec train.Spec, path string, sets []string) (train.Spec, error) {
 	v := viper.New()
 	if path != "" {
 		v.SetConfigFile(path)

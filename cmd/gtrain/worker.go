@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/dist"
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/launch"
 )
@@ -49,11 +51,11 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 	if err != nil {
 		return err
 	}
-	env, closeStatus, err := rankEnv(o.IO)
+	env, closeEnv, err := rankEnv(ctx, o.IO)
 	if err != nil {
 		return err
 	}
-	defer closeStatus()
+	defer closeEnv()
 	env.Resume = o.Resume
 	env.Log = o.IO.Out
 	env.Warn = func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) }
@@ -62,7 +64,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 		return err
 	}
 	switch {
-	case res.Checkpoint == "":
+	case res.Checkpoint == "" || env.Rank != 0:
 	case res.Steps < spec.Steps:
 		fmt.Fprintf(o.IO.Out, "saved %s; continue with: gtrain resume %s\n", res.Checkpoint, spec.Checkpoint.Dir)
 	default:
@@ -95,25 +97,19 @@ func (o *WorkerOptions) spec() (train.Spec, error) {
 	return spec, err
 }
 
-// rankEnv reads the rank's place in the job from the torchrun variables
-// (absent: a single rank) and opens the agent's status pipe.
-func rankEnv(ios *IOStreams) (train.Env, func(), error) {
+// rankEnv is the rank's place in the job. Started by the launcher with
+// more than one rank, it joins the others through the job's store
+// (engine/dist) and gets the data-parallel communicator; alone (no
+// WORLD_SIZE, or 1) it is a single rank. It also opens the agent's status
+// pipe. The returned func closes both.
+func rankEnv(ctx context.Context, ios *IOStreams) (train.Env, func(), error) {
 	env := train.Env{World: 1, LocalWorld: 1}
-	for _, v := range []struct {
-		name string
-		dst  *int
-	}{{"RANK", &env.Rank}, {"WORLD_SIZE", &env.World}, {"LOCAL_WORLD_SIZE", &env.LocalWorld}} {
-		s := ios.Getenv(v.name)
-		if s == "" {
-			continue
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return env, nil, fmt.Errorf("worker: %s=%q: want a non-negative integer", v.name, s)
-		}
-		*v.dst = n
 	}
-	closeStatus := func() {}
 	if s := ios.Getenv("GTRAIN_STATUS_FD"); s != "" {
 		fd, err := strconv.Atoi(s)
 		if err != nil || fd < 3 {
@@ -121,7 +117,22 @@ func rankEnv(ios *IOStreams) (train.Env, func(), error) {
 		}
 		f := os.NewFile(uintptr(fd), "status")
 		env.Status = f
-		closeStatus = func() { f.Close() }
+		closers = append(closers, func() { f.Close() })
 	}
-	return env, closeStatus, nil
+	if ws := ios.Getenv("WORLD_SIZE"); ws == "" || ws == "1" {
+		return env, closeAll, nil
+	}
+	de, err := dist.FromEnv(ios.Getenv)
+	if err != nil {
+		closeAll()
+		return env, nil, fmt.Errorf("worker: %w", err)
+	}
+	w, err := dist.Init(ctx, de, dist.Options{Comm: comm.Options{Name: "dp"}})
+	if err != nil {
+		closeAll()
+		return env, nil, fmt.Errorf("worker: %w", err)
+	}
+	closers = append(closers, func() { w.Close() })
+	env.Rank, env.World, env.LocalWorld, env.Comm = de.Rank, de.WorldSize, de.LocalWorldSize, w.Comm
+	return env, closeAll, nil
 }
