@@ -103,3 +103,56 @@ func TestOverflowSkipsStep(t *testing.T) {
 		t.Fatalf("clean step after overflow: %+v, %v, Adam step %d: want an update", res, err, e.opt.Step)
 	}
 }
+
+// TestBucketsStartDuringBackward: on the step's last micro-batch, each
+// bucket's all-reduce (stages 0–1) or reduce-scatter (stages 2–3) is
+// started as soon as its last unit's gradients are done, while backward
+// still has units to go; and the reduced result is the average.
+func TestBucketsStartDuringBackward(t *testing.T) {
+	for stage := range 4 {
+		trs := comm.NewInProc(2)
+		errs := make(chan error, 2)
+		for r := range 2 {
+			go func() {
+				errs <- func() error {
+					c, err := comm.New(t.Context(), r, 2, trs[r], comm.Options{})
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					flat := make([]float32, testCfg.NumParams())
+					cfg := Config{Stage: stage, Params: comm.Float32, Grads: comm.Float32, FirstBucket: 1, Bucket: 1,
+						Optim: optim.Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}}
+					e, err := New(cfg, testCfg, c, flat)
+					if err != nil {
+						return err
+					}
+					e.Bind(t.Context())
+					e.BeginMicro(0, 1)
+					units := testCfg.Units()
+					for u := len(units) - 1; u >= 0; u-- {
+						g := e.Grads(u)
+						for i := range g {
+							g[i] = float32(r + 1) // ranks 1 and 2: the average is 1.5
+						}
+						e.GradsDone(u)
+						if u == len(units)-1 && len(e.inflight) != 1 {
+							t.Errorf("stage %d: %d collectives in flight after the last unit, want its bucket's", stage, len(e.inflight))
+						}
+					}
+					e.drain()
+					g, _ := e.ownedGrads()
+					if i := slices.IndexFunc(g, func(v float32) bool { return v != 1.5 }); i >= 0 {
+						t.Errorf("stage %d rank %d: reduced gradient %d is %v, want 1.5", stage, r, i, g[i])
+					}
+					return e.err
+				}()
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
