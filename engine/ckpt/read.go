@@ -106,21 +106,12 @@ func (c *Checkpoint) entry(file, name string) (*Header, Entry, error) {
 // full shape and its offset), in the order they were written, and its
 // state bytes. Use it to resume with the layout that wrote the checkpoint.
 func (c *Checkpoint) Shard(rank int) ([]Tensor, []byte, error) {
-	i := slices.IndexFunc(c.Manifest.Files, func(f File) bool { return f.Rank == rank })
-	if i < 0 {
-		return nil, nil, fmt.Errorf("ckpt: %s: no file of rank %d (the checkpoint has %d files; layout %+v)", filepath.Base(c.Dir), rank, len(c.Manifest.Files), c.Manifest.Layout)
+	name, h, rm, err := c.rankFile(rank)
+	if err != nil {
+		return nil, nil, err
 	}
-	name := c.Manifest.Files[i].Name
 	fail := func(err error) ([]Tensor, []byte, error) {
 		return nil, nil, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
-	}
-	h := c.headers[name]
-	if h == nil {
-		return fail(fmt.Errorf("not a verified file of the checkpoint (use Open or Latest)"))
-	}
-	rm, err := readRankMeta(h)
-	if err != nil {
-		return fail(err)
 	}
 	f, err := os.Open(filepath.Join(c.Dir, name))
 	if err != nil {
@@ -144,20 +135,26 @@ func (c *Checkpoint) Shard(rank int) ([]Tensor, []byte, error) {
 // State returns the state bytes rank wrote with WriteShard, without
 // reading its tensors.
 func (c *Checkpoint) State(rank int) ([]byte, error) {
+	_, _, rm, err := c.rankFile(rank)
+	return rm.state, err
+}
+
+// rankFile finds rank's file, its verified header and its metadata.
+func (c *Checkpoint) rankFile(rank int) (string, *Header, rankMeta, error) {
 	i := slices.IndexFunc(c.Manifest.Files, func(f File) bool { return f.Rank == rank })
 	if i < 0 {
-		return nil, fmt.Errorf("ckpt: %s: no file of rank %d", filepath.Base(c.Dir), rank)
+		return "", nil, rankMeta{}, fmt.Errorf("ckpt: %s: no file of rank %d (the checkpoint has %d files; layout %+v)", filepath.Base(c.Dir), rank, len(c.Manifest.Files), c.Manifest.Layout)
 	}
 	name := c.Manifest.Files[i].Name
 	h := c.headers[name]
 	if h == nil {
-		return nil, fmt.Errorf("ckpt: read %s/%s: not a verified file of the checkpoint (use Open or Latest)", filepath.Base(c.Dir), name)
+		return name, nil, rankMeta{}, fmt.Errorf("ckpt: read %s/%s: not a verified file of the checkpoint (use Open or Latest)", filepath.Base(c.Dir), name)
 	}
 	rm, err := readRankMeta(h)
 	if err != nil {
-		return nil, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
+		return name, nil, rankMeta{}, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
 	}
-	return rm.state, nil
+	return name, h, rm, nil
 }
 
 // readF32At reads len(dst) little-endian float32s at off, a chunk at a
