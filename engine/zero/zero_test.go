@@ -13,7 +13,7 @@ import (
 var testCfg = model.Config{Layers: 3, Heads: 2, Embd: 8, Seq: 16, Vocab: 50}
 
 func TestBuckets(t *testing.T) {
-	units := []model.Unit{{0, 100}, {100, 40}, {140, 40}, {180, 40}, {220, 16}}
+	units := []model.Unit{{Offset: 0, Size: 100}, {Offset: 100, Size: 40}, {Offset: 140, Size: 40}, {Offset: 180, Size: 40}, {Offset: 220, Size: 16}}
 	for _, tc := range []struct {
 		name        string
 		first, size int
