@@ -113,7 +113,7 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdBench(ios, sig),
 		NewCmdCkpt(ios),
 		NewCmdData(ios),
-		newCmdNotYet("plan", "Preview 3D-parallel layouts for a model on a cluster", 7),
+		NewCmdPlan(ios),
 		NewCmdResume(ios, sig),
 		NewCmdWorker(ios),
 		NewCmdVersion(ios),
@@ -130,26 +130,6 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "dev"
-}
-
-// NotImplementedError is returned by commands whose issue has not landed.
-type NotImplementedError struct {
-	Command string
-	Issue   int
-}
-
-func (e *NotImplementedError) Error() string {
-	return fmt.Sprintf("%s: not implemented yet (tracked in issue %d)", e.Command, e.Issue)
-}
-
-func newCmdNotYet(name, short string, issue int) *cobra.Command {
-	return &cobra.Command{
-		Use:   name,
-		Short: short + " (not implemented yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return &NotImplementedError{Command: "gtrain " + name, Issue: issue}
-		},
-	}
 }
 
 // NewCmdVersion prints gtrain's version.

@@ -14,18 +14,17 @@ import (
 const (
 	ExitOK      = 0 // every rank exited 0
 	ExitFailure = 1 // gtrain itself failed: an agent was lost, a process could not start, I/O
-	ExitUsage   = 2 // bad flags, config, hostfile or filter; a command not implemented yet
+	ExitUsage   = 2 // bad flags, config, job file, hostfile or filter
 )
 
 // ExitCode maps an error to gtrain's exit code. It is the only place that
 // does.
 func ExitCode(err error) int {
 	var (
-		rank   *launch.RankFailedError
-		intr   *launch.InterruptedError
-		usage  *launch.UsageError
-		parse  *hostfiles.ParseError
-		notYet *NotImplementedError
+		rank  *launch.RankFailedError
+		intr  *launch.InterruptedError
+		usage *launch.UsageError
+		parse *hostfiles.ParseError
 	)
 	switch {
 	case err == nil:
@@ -37,7 +36,7 @@ func ExitCode(err error) int {
 		return rank.Code
 	case errors.As(err, &intr):
 		return intr.Code()
-	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &notYet), isCobraUsage(err):
+	case errors.As(err, &usage), errors.As(err, &parse), isCobraUsage(err):
 		return ExitUsage
 	default:
 		return ExitFailure

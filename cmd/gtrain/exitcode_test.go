@@ -25,7 +25,6 @@ func TestExitCode(t *testing.T) {
 		{"terminate", &launch.InterruptedError{Signal: syscall.SIGTERM}, 143},
 		{"usage", &launch.UsageError{Err: errors.New("bad")}, ExitUsage},
 		{"hostfile", &hostfiles.ParseError{File: "h", Line: 2, Msg: "bad"}, ExitUsage},
-		{"not implemented", &NotImplementedError{Command: "gtrain plan", Issue: 7}, ExitUsage},
 		{"cobra unknown flag", errors.New("unknown flag: --bogus"), ExitUsage},
 		{"agent lost", &launch.AgentLostError{Host: "h", Err: errors.New("eof")}, ExitFailure},
 		{"silent keeps code", &silentError{&launch.RankFailedError{Code: 5}}, 5},

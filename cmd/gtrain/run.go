@@ -45,6 +45,7 @@ type RunOptions struct {
 	Output       string   // text or json
 	Table        string   // auto, always, never
 	DryRun       bool
+	Auto         bool // built-in engine: pick the layout with the planner (auto.go)
 }
 
 // NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
@@ -92,6 +93,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
+	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
 	return cmd
 }
 
@@ -127,6 +129,9 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if len(o.Command) == 0 {
 		spec, err := loadJob(o.Job, o.Sets)
 		if err != nil {
+			return err
+		}
+		if spec, err = o.autoLayout(spec); err != nil {
 			return err
 		}
 		if err := o.useEngine(spec, false); err != nil {
@@ -190,6 +195,8 @@ func (o *RunOptions) workDir() (string, error) {
 func (o *RunOptions) check() error {
 	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
 	switch {
+	case len(o.Command) > 0 && o.Auto:
+		return usage("run: --auto lays out the built-in engine, which runs when no command is given; drop it or the command %q", o.Command[0])
 	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
 		return usage("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
 	case o.NprocPerNode < 1:

@@ -1,0 +1,136 @@
+package planner
+
+import (
+	"math"
+	"testing"
+)
+
+// within reports whether got is within rel (relative) of want.
+func within(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.Abs(want) }
+
+// TestZeROPaperFigure1 pins the model-state memory of the ZeRO paper's
+// Figure 1 (Rajbhandari et al. 2020): Ψ = 7.5B parameters, N_d = 64 GPUs,
+// K = 12 (mixed-precision Adam). The paper prints 120, 31.4, 16.6 and
+// 1.9 GB (10⁹ bytes), rounded to 0.1 GB, so the tolerance is 0.05 GB.
+func TestZeROPaperFigure1(t *testing.T) {
+	for stage, want := range []float64{120, 31.4, 16.6, 1.9} {
+		p, g, o := ModelStates(7.5e9, 64, stage, FP16)
+		if got := (p + g + o) / 1e9; math.Abs(got-want) > 0.05 {
+			t.Errorf("stage %d: %.3f GB per GPU, want %.1f", stage, got, want)
+		}
+	}
+}
+
+// korthikanti are the four models of Korthikanti et al. 2022, Table 3
+// (sequence 2048, micro-batch 1, TP 8).
+var korthikanti = []struct {
+	name       string
+	a, h, l, t int
+}{
+	{"22B", 64, 6144, 48, 8}, {"175B", 96, 12288, 96, 8}, {"530B", 128, 20480, 105, 8}, {"1T", 160, 25600, 128, 8},
+}
+
+func gptShape(l, h, a int) Model {
+	return Model{Arch: ArchGPT, Layers: l, Hidden: h, Heads: a, KVHeads: a, FFN: 4 * h, Vocab: 51200, Seq: 2048}
+}
+
+// TestKorthikantiLayerActivations pins LayerActivations to the closed forms
+// of Korthikanti et al. 2022, section 4 and Table 2, for their models: the
+// formulas are exact, so the tolerance is rounding only (1e-12).
+func TestKorthikantiLayerActivations(t *testing.T) {
+	for _, c := range korthikanti {
+		m := gptShape(c.l, c.h, c.a)
+		s, b, h, a, tp := 2048.0, 1.0, float64(c.h), float64(c.a), float64(c.t)
+		sbh := s * b * h
+		cases := []struct {
+			name string
+			got  float64
+			want float64
+		}{
+			{"no parallelism", LayerActivations(m, 1, 1, false, BF16, RecomputeNone), sbh * (34 + 5*a*s/h)},
+			{"tensor parallel", LayerActivations(m, 1, c.t, false, BF16, RecomputeNone), sbh * (10 + 24/tp + 5*a*s/(h*tp))},
+			{"tensor + sequence parallel", LayerActivations(m, 1, c.t, true, BF16, RecomputeNone), sbh / tp * (34 + 5*a*s/h)},
+			{"selective, TP + SP", LayerActivations(m, 1, c.t, true, BF16, RecomputeSelective), 34 * sbh / tp},
+			{"selective, TP", LayerActivations(m, 1, c.t, false, BF16, RecomputeSelective), sbh * (10 + 24/tp)},
+			{"full recompute", LayerActivations(m, 1, 1, false, BF16, RecomputeFull), 2 * sbh},
+		}
+		for _, k := range cases {
+			if !within(k.got, k.want, 1e-12) {
+				t.Errorf("%s %s: %.6g bytes, want %.6g", c.name, k.name, k.got, k.want)
+			}
+		}
+		// The abstract: sequence parallelism with selective recomputation
+		// cuts activation memory about 5× against tensor parallelism alone.
+		ratio := LayerActivations(m, 1, c.t, false, BF16, RecomputeNone) / LayerActivations(m, 1, c.t, true, BF16, RecomputeSelective)
+		if ratio < 4.5 || ratio > 6.5 {
+			t.Errorf("%s: TP alone / (TP+SP+selective) = %.2f, want about 5", c.name, ratio)
+		}
+	}
+}
+
+// TestKorthikantiGPT3Selective pins the paper's GPT-3 example (section 5):
+// selective recomputation saves 70% of the activation memory for 2.7% more
+// FLOPs. Tolerances: one percentage point of memory, 0.1 of FLOPs (the
+// paper gives two digits).
+func TestKorthikantiGPT3Selective(t *testing.T) {
+	m := Presets["gpt3-175b"].Model
+	none := LayerActivations(m, 1, 8, true, BF16, RecomputeNone)
+	sel := LayerActivations(m, 1, 8, true, BF16, RecomputeSelective)
+	if saved := 1 - sel/none; math.Abs(saved-0.70) > 0.01 {
+		t.Errorf("selective saves %.3f of activations, want 0.70", saved)
+	}
+	over := HardwareFLOPs(m, 1536, RecomputeSelective)/ModelFLOPs(m, 1536) - 1
+	if math.Abs(over-0.027) > 0.001 {
+		t.Errorf("selective adds %.4f FLOPs, want 0.027", over)
+	}
+}
+
+// TestNarayananFLOPs pins ModelFLOPs and HardwareFLOPs to Narayanan et al.
+// 2021, eq. (3): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with full
+// recomputation, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without (the paper's
+// factor 4 becomes 3). Exact up to rounding.
+func TestNarayananFLOPs(t *testing.T) {
+	for _, name := range []string{"megatron-1.7b", "megatron-146b", "megatron-1t", "gpt3-175b"} {
+		p := Presets[name]
+		m := p.Model
+		B, s, l, h, V := float64(p.GlobalBatch), float64(m.Seq), float64(m.Layers), float64(m.Hidden), float64(m.Vocab)
+		full := 96 * B * s * l * h * h * (1 + s/(6*h) + V/(16*l*h))
+		model := 72 * B * s * l * h * h * (1 + s/(6*h) + V/(12*l*h))
+		if got := HardwareFLOPs(m, p.GlobalBatch, RecomputeFull); !within(got, full, 1e-9) {
+			t.Errorf("%s: full recompute %.6g FLOPs, want %.6g", name, got, full)
+		}
+		if got := ModelFLOPs(m, p.GlobalBatch); !within(got, model, 1e-9) {
+			t.Errorf("%s: model %.6g FLOPs, want %.6g", name, got, model)
+		}
+	}
+}
+
+// TestParamCounts pins parameter counts: Narayanan et al. 2021, Table 1
+// (printed to 0.1B: within 0.051B, since 18.45B is printed 18.4B; and
+// their formula 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h)) plus the final
+// LayerNorm's 2h, which it leaves out, to one parameter), and the published counts of GPT-2 and Llama checkpoints.
+func TestParamCounts(t *testing.T) {
+	table1 := map[string]float64{"megatron-1.7b": 1.7e9, "megatron-3.6b": 3.6e9, "megatron-7.5b": 7.5e9,
+		"megatron-18b": 18.4e9, "megatron-39b": 39.1e9, "megatron-76b": 76.1e9, "megatron-146b": 145.6e9,
+		"megatron-310b": 310.1e9, "megatron-530b": 529.6e9, "megatron-1t": 1008.0e9}
+	for name, want := range table1 {
+		m := Presets[name].Model
+		l, h, V, s := float64(m.Layers), float64(m.Hidden), float64(m.Vocab), float64(m.Seq)
+		formula := 12 * l * h * h * (1 + 13/(12*h) + (V+s)/(12*l*h))
+		if got := m.Params(); math.Abs(got-formula-2*h) > 1 || math.Abs(got-want) > 0.051e9 {
+			t.Errorf("%s: %.5g parameters, want %.5g (Table 1) and %.5g (formula)", name, got, want, formula)
+		}
+	}
+	exact := map[string]float64{
+		"gpt2":       124_439_808,   // Hugging Face gpt2
+		"gpt2-xl":    1_557_611_200, // Hugging Face gpt2-xl
+		"llama2-7b":  6_738_415_616, // meta-llama/Llama-2-7b-hf
+		"llama3-8b":  8_030_261_248, // meta-llama/Meta-Llama-3-8B
+		"llama3-70b": 70_553_706_496,
+	}
+	for name, want := range exact {
+		if got := Presets[name].Model.Params(); got != want {
+			t.Errorf("%s: %.0f parameters, want %.0f", name, got, want)
+		}
+	}
+}
