@@ -13,6 +13,7 @@ import (
 	"github.com/gtrain/gtrain/engine/data"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/zero"
+	"github.com/gtrain/gtrain/planner"
 )
 
 // Env is what a rank's trainer knows of its surroundings.
@@ -111,7 +112,10 @@ func (t *Trainer) build() error {
 	if t.model, err = model.NewWithStore(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc, t.zero); err != nil {
 		return err
 	}
-	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: env.Rank, World: env.World})
+	// The rank layout gtrain plan prints: with TP = PP = 1 a rank's data
+	// shard is its rank.
+	grid := planner.Grid{TP: spec.Parallel.TP, PP: spec.Parallel.PP, DP: spec.Parallel.DP}
+	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: grid.Coord(env.Rank).DP, World: grid.DP})
 	if err != nil {
 		return err
 	}
