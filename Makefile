@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test deps vet fuzz bench-collectives bench-gemm bench-train bench-plan
+.PHONY: build demo demo-ddp test deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-plan
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -64,6 +64,11 @@ bench-gemm:
 # Training tokens/s of the engine against PyTorch, same model and batch.
 bench-train: build
 	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/train.sh --install --write 5
+
+# Data-parallel tokens/s of the engine (1 rank; 2 ranks at ZeRO 0-3) against
+# PyTorch's single process, DDP and DDP + ZeroRedundancyOptimizer over gloo.
+bench-dp: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/dp.sh --install --write 5
 
 # Planner search time: the 1T model on 3072 GPUs, 5 runs, medians.
 bench-plan:
