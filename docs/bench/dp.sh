@@ -43,7 +43,6 @@
 # is reported with its error and shown as "failed"; the script then exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repo=$PWD
 argv=("$@")
 
 install=0 write=0 pos=()
@@ -354,18 +353,9 @@ table+=$'\n'"$(nproc) cores $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 
 echo "$table"
 
 if ((write)); then
-	if grep -q '<!-- dp:begin -->' docs/benchmarks.md && grep -q '<!-- dp:end -->' docs/benchmarks.md; then
-		"$py" - "$repo/docs/benchmarks.md" "$table" <<'PY'
-import re, sys
-path, table = sys.argv[1], sys.argv[2]
-s = open(path).read()
-new = "<!-- dp:begin -->\n" + table + "\n<!-- dp:end -->"
-open(path, "w").write(re.sub(r"<!-- dp:begin -->.*?<!-- dp:end -->", lambda _: new, s, flags=re.S))
-PY
-		log "wrote docs/benchmarks.md"
-	else
-		log "docs/benchmarks.md has no dp:begin/dp:end markers: not written"
-	fi
+	printf '%s\n' "$table" >"$tmp/table.md"
+	"$py" docs/bench/write_section.py dp "$tmp/table.md" docs/benchmarks.md &&
+		log "wrote docs/benchmarks.md" || failed=1
 fi
 if ((failed)); then
 	log "some runs failed (see above)"

@@ -198,16 +198,7 @@ printf '\nReproduce: `%s` — %s, nproc %s, %s; %s; %s (cblas_sgemm, openblas_se
 cat "$tmp/table.md"
 
 if ((write)); then
-	"$py" - "$tmp/table.md" docs/benchmarks.md <<'PY' &&
-import sys
-table, doc = open(sys.argv[1]).read(), sys.argv[2]
-text = open(doc).read()
-begin, end = "<!-- gemm:begin -->\n", "<!-- gemm:end -->"
-i, j = text.find(begin), text.find(end)
-if i < 0 or j < i:
-    sys.exit(f"gemm.sh: {doc} has no {begin.strip()} ... {end} markers")
-open(doc + ".tmp", "w").write(text[: i + len(begin)] + table + text[j:])
-PY
-		mv docs/benchmarks.md.tmp docs/benchmarks.md && log "wrote the table into docs/benchmarks.md" || failed=1
+	"$py" docs/bench/write_section.py gemm "$tmp/table.md" docs/benchmarks.md &&
+		log "wrote the table into docs/benchmarks.md" || failed=1
 fi
 exit "$failed"

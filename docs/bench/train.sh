@@ -117,16 +117,7 @@ PY
 )
 echo "$table"
 if ((write)); then
-	"$py" - "$repo/docs/benchmarks.md" "$table" <<'PY'
-import re, sys
-path, table = sys.argv[1], sys.argv[2]
-s = open(path).read()
-new = "<!-- train:begin -->\n" + table + "\n<!-- train:end -->"
-if "<!-- train:begin -->" in s:
-    s = re.sub(r"<!-- train:begin -->.*?<!-- train:end -->", lambda _: new, s, flags=re.S)
-else:
-    s = s.rstrip("\n") + "\n\n## Training throughput vs PyTorch\n\n" + new + "\n"
-open(path, "w").write(s)
-PY
+	printf '%s\n' "$table" >"$tmp/table.md"
+	"$py" docs/bench/write_section.py train "$tmp/table.md" docs/benchmarks.md
 	log "wrote docs/benchmarks.md"
 fi
