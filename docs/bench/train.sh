@@ -16,7 +16,6 @@
 # run's median step time, tokens/s and gtrain's speed-up over PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repo=$PWD
 argv=("$@")
 install=0 write=0 pos=()
 for a in "$@"; do
