@@ -14,6 +14,23 @@ const (
 	ExpAvgSqPrefix = ckpt.OptimizerPrefix + "exp_avg_sq."
 )
 
+// savedState is one kind of tensor a checkpoint holds: its name prefix and
+// where an owned piece's values live.
+type savedState struct {
+	prefix string
+	data   func(piece) []float32
+}
+
+// saved lists what a checkpoint holds of each parameter: the fp32 master
+// weights under the parameter's own name, and the two Adam moments.
+func (e *Engine) saved() []savedState {
+	return []savedState{
+		{"", e.masterOf},
+		{ExpAvgPrefix, func(pc piece) []float32 { return e.opt.M[pc.at : pc.at+pc.n] }},
+		{ExpAvgSqPrefix, func(pc piece) []float32 { return e.opt.V[pc.at : pc.at+pc.n] }},
+	}
+}
+
 // Shard is what this rank writes into a checkpoint: its part of the fp32
 // master weights (under the parameters' own names) and of the Adam moments,
 // as shards of the full tensors. Stage 0 ranks all hold everything; each
@@ -28,14 +45,7 @@ func (e *Engine) Shard() []ckpt.Tensor {
 		}
 	}
 	ts := make([]ckpt.Tensor, 0, 3*len(pieces))
-	for _, src := range []struct {
-		prefix string
-		data   func(piece) []float32
-	}{
-		{"", e.masterOf},
-		{ExpAvgPrefix, func(pc piece) []float32 { return e.opt.M[pc.at : pc.at+pc.n] }},
-		{ExpAvgSqPrefix, func(pc piece) []float32 { return e.opt.V[pc.at : pc.at+pc.n] }},
-	} {
+	for _, src := range e.saved() {
 		for _, pc := range pieces {
 			ts = append(ts, ckpt.Tensor{Name: src.prefix + pc.param.Name, Shape: pc.param.Shape,
 				Offset: pc.lo - pc.param.Offset, Data: src.data(pc)})
@@ -55,14 +65,7 @@ func (e *Engine) Load(c *ckpt.Checkpoint) error {
 		for j < len(e.pieces) && e.pieces[j].param.Name == p.Name {
 			j++
 		}
-		for _, dst := range []struct {
-			prefix string
-			data   func(piece) []float32
-		}{
-			{"", e.masterOf},
-			{ExpAvgPrefix, func(pc piece) []float32 { return e.opt.M[pc.at : pc.at+pc.n] }},
-			{ExpAvgSqPrefix, func(pc piece) []float32 { return e.opt.V[pc.at : pc.at+pc.n] }},
-		} {
+		for _, dst := range e.saved() {
 			full, shape, err := c.Tensor(dst.prefix + p.Name)
 			if err != nil {
 				return err
