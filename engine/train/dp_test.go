@@ -11,35 +11,32 @@ import (
 	"github.com/gtrain/gtrain/engine/comm"
 )
 
-// runRanks trains spec on n ranks in this process, connected by comm's
-// in-process transport, and returns each rank's result. env adjusts each
-// rank's Env (may be nil).
-func runRanks(t *testing.T, spec Spec, n int, env func(*Env)) []Result {
+// onRanks runs f on n ranks in this process, each with a communicator over
+// comm's in-process transport (nil for one rank), and fails the test with
+// the first rank's error. A rank that fails cancels the others' context,
+// which would otherwise wait for it forever.
+func onRanks(t *testing.T, n int, f func(ctx context.Context, r int, c *comm.Communicator) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	trs := comm.NewInProc(n)
-	res := make([]Result, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			var c *comm.Communicator
-			if n > 1 {
-				var err error
-				if c, err = comm.New(ctx, r, n, trs[r], comm.Options{Name: "dp", Timeout: time.Minute}); err != nil {
-					errs[r] = err
-					cancel()
-					return
+			errs[r] = func() error {
+				var c *comm.Communicator
+				if n > 1 {
+					var err error
+					if c, err = comm.New(ctx, r, n, trs[r], comm.Options{Name: "dp", Timeout: time.Minute}); err != nil {
+						return err
+					}
+					defer c.Close()
 				}
-				defer c.Close()
-			}
-			e := Env{Rank: r, World: n, LocalWorld: n, Comm: c}
-			if env != nil {
-				env(&e)
-			}
-			if res[r], errs[r] = Run(ctx, spec, e); errs[r] != nil {
-				cancel() // the others would wait for this rank forever
+				return f(ctx, r, c)
+			}()
+			if errs[r] != nil {
+				cancel()
 			}
 		})
 	}
@@ -49,6 +46,22 @@ func runRanks(t *testing.T, spec Spec, n int, env func(*Env)) []Result {
 			t.Fatalf("rank %d of %d: %v", r, n, err)
 		}
 	}
+}
+
+// runRanks trains spec on n in-process ranks and returns each rank's
+// result. env adjusts each rank's Env (may be nil).
+func runRanks(t *testing.T, spec Spec, n int, env func(*Env)) []Result {
+	t.Helper()
+	res := make([]Result, n)
+	onRanks(t, n, func(ctx context.Context, r int, c *comm.Communicator) error {
+		e := Env{Rank: r, World: n, LocalWorld: n, Comm: c}
+		if env != nil {
+			env(&e)
+		}
+		var err error
+		res[r], err = Run(ctx, spec, e)
+		return err
+	})
 	return res
 }
 

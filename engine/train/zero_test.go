@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/comm"
@@ -218,43 +218,21 @@ func TestReshardContinues(t *testing.T) {
 func resave(t *testing.T, spec Spec, n int, from, to string) {
 	t.Helper()
 	spec.Checkpoint.Dir = from
-	trs := comm.NewInProc(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			errs[r] = func() error {
-				ctx := t.Context()
-				var c *comm.Communicator
-				if n > 1 {
-					var err error
-					if c, err = comm.New(ctx, r, n, trs[r], comm.Options{Timeout: time.Minute}); err != nil {
-						return err
-					}
-					defer c.Close()
-				}
-				tr, err := New(spec, Env{Rank: r, World: n, Comm: c, Resume: true})
-				if err != nil {
-					return err
-				}
-				defer tr.Close()
-				tr.runCtx = ctx
-				tr.zero.Bind(ctx)
-				if err := tr.prepareCheckpoints(&Result{}); err != nil {
-					return err
-				}
-				tr.spec.Checkpoint.Dir = to
-				_, err = tr.SaveCheckpoint()
-				return err
-			}()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
+	onRanks(t, n, func(ctx context.Context, r int, c *comm.Communicator) error {
+		tr, err := New(spec, Env{Rank: r, World: n, Comm: c, Resume: true})
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return err
 		}
-	}
+		defer tr.Close()
+		tr.runCtx = ctx
+		tr.zero.Bind(ctx)
+		if err := tr.prepareCheckpoints(&Result{}); err != nil {
+			return err
+		}
+		tr.spec.Checkpoint.Dir = to
+		_, err = tr.SaveCheckpoint()
+		return err
+	})
 }
 
 // exportBytes is the safetensors export of the newest checkpoint in dir.
