@@ -42,9 +42,13 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	if e.err != nil {
 		return StepResult{}, e.err
 	}
-	grads, scratch := e.ownedGrads()
+	gradOf, scratch := e.ownedGrads()
 	defer e.pool.putF32(scratch)
-	sum, bad := sumSquares(grads)
+	var sum float64
+	var bad int
+	for _, pc := range e.pieces { // in flat order, as a single rank sums
+		sum, bad = sumSquares(gradOf(pc), sum, bad)
+	}
 	if e.part.Ranks > 1 {
 		hi := float32(sum)
 		v := []float32{hi, float32(sum - float64(hi)), float32(bad)}
@@ -69,39 +73,41 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	}
 	parts := make([]optim.Part, len(e.pieces))
 	for i, pc := range e.pieces {
-		parts[i] = optim.Part{P: e.masterOf(pc), G: grads[pc.at : pc.at+pc.n], At: pc.at, Decay: pc.param.Decay}
+		parts[i] = optim.Part{P: e.masterOf(pc), G: gradOf(pc), At: pc.at, Decay: pc.param.Decay}
 	}
 	e.opt.UpdateParts(parts, lr, float32(factor))
 	e.clearGrads()
 	return res, e.publish()
 }
 
-// ownedGrads is the owned gradients as fp32, indexed like the owned
-// storage: a view when they are fp32 and stored compactly, else a decoded
-// copy in scratch (returned so that the caller gives it back).
-func (e *Engine) ownedGrads() (g, scratch []float32) {
+// ownedGrads gives the fp32 gradients of each owned piece: views of the
+// gradients when they are fp32 (in the full gradients at stages 0–1, in the
+// owned ones at 2–3), else decoded into scratch, returned so that the
+// caller gives it back.
+func (e *Engine) ownedGrads() (gradOf func(piece) []float32, scratch []float32) {
+	switch {
+	case e.cfg.Grads == comm.Float32 && e.cfg.Stage >= 2:
+		g := e.ownGrad.Float32s()
+		return func(pc piece) []float32 { return g[pc.at : pc.at+pc.n] }, nil
+	case e.cfg.Grads == comm.Float32:
+		g := e.grads.Float32s()
+		return func(pc piece) []float32 { return g[pc.lo : pc.lo+pc.n] }, nil
+	}
+	scratch = e.pool.f32(e.part.Size())
 	if e.cfg.Stage >= 2 {
-		if e.cfg.Grads == comm.Float32 {
-			return e.ownGrad.Float32s(), nil
+		decode(scratch, e.ownGrad)
+	} else {
+		for i := range e.part.Segments {
+			lo, hi, at := e.part.Owned(i)
+			decode(scratch[at:at+hi-lo], e.grads.Slice(lo, hi))
 		}
-		g = e.pool.f32(e.part.Size())
-		decode(g, e.ownGrad)
-		return g, g
 	}
-	if e.part.Ranks == 1 && e.cfg.Grads == comm.Float32 {
-		return e.grads.Float32s(), nil // stage 0 owns all, in flat order
-	}
-	g = e.pool.f32(e.part.Size())
-	for i := range e.part.Segments {
-		lo, hi, at := e.part.Owned(i)
-		decode(g[at:at+hi-lo], e.grads.Slice(lo, hi))
-	}
-	return g, g
+	return func(pc piece) []float32 { return scratch[pc.at : pc.at+pc.n] }, scratch
 }
 
-// sumSquares is Σg² in float64, in order, and the count of non-finite
-// values.
-func sumSquares(g []float32) (sum float64, bad int) {
+// sumSquares adds Σg² (in float64, in order) to sum and the count of
+// non-finite values to bad.
+func sumSquares(g []float32, sum float64, bad int) (float64, int) {
 	for _, v := range g {
 		f := float64(v)
 		if math.IsInf(f, 0) || math.IsNaN(f) {
