@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
@@ -152,34 +151,21 @@ func printCkptTable(ios *IOStreams, infos []ckpt.Info, latest int) error {
 	for i, info := range infos {
 		rows[i] = ckptRow(info, i == latest)
 	}
-	r := lipgloss.NewRenderer(ios.Out)
-	cell := r.NewStyle().PaddingRight(2)
+	cell, colour := tableCell(ios)
 	good, bad := cell, cell
-	if ios.Getenv == nil || ios.Getenv("NO_COLOR") == "" {
+	if colour {
 		good, bad = cell.Foreground(lipgloss.Color("2")), cell.Foreground(lipgloss.Color("1")).Bold(true)
 	}
-	t := table.New().
-		Border(lipgloss.HiddenBorder()).
-		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
-		BorderHeader(false).BorderColumn(false).
-		Wrap(false).
-		Headers("STEP", "DIRECTORY", "CREATED", "SIZE", "FILES", "STATUS").
-		Rows(rows...).
-		StyleFunc(func(row, col int) lipgloss.Style {
-			switch {
-			case row == table.HeaderRow:
-				return cell.Bold(true)
-			case col == 5 && infos[row].Valid:
-				return good
-			case col == 5:
-				return bad
-			}
-			return cell
-		})
 	var b strings.Builder
-	for _, line := range strings.Split(t.Render(), "\n") {
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
+	b.WriteString(renderTable(cell, []string{"STEP", "DIRECTORY", "CREATED", "SIZE", "FILES", "STATUS"}, rows, func(row, col int) lipgloss.Style {
+		switch {
+		case col == 5 && infos[row].Valid:
+			return good
+		case col == 5:
+			return bad
+		}
+		return cell
+	}))
 	valid := 0
 	for _, info := range infos {
 		if info.Valid {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -192,35 +191,21 @@ func printHostsTable(ios *IOStreams, reports []launch.HostReport) error {
 	for i, r := range reports {
 		rows[i] = hostRow(r)
 	}
-	r := lipgloss.NewRenderer(ios.Out)
-	cell := r.NewStyle().PaddingRight(2)
+	cell, colour := tableCell(ios)
 	good, bad := cell, cell
-	if ios.Getenv == nil || ios.Getenv("NO_COLOR") == "" {
+	if colour {
 		good, bad = cell.Foreground(lipgloss.Color("2")), cell.Foreground(lipgloss.Color("1")).Bold(true)
 	}
-	t := table.New().
-		Border(lipgloss.HiddenBorder()).
-		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
-		BorderHeader(false).BorderColumn(false).
-		Wrap(false).
-		Headers(hostsHeaders...).
-		Rows(rows...).
-		StyleFunc(func(row, col int) lipgloss.Style {
-			s := cell
-			switch {
-			case row == table.HeaderRow:
-				s = cell.Bold(true)
-			case strings.HasPrefix(rows[row][col], "FAIL"):
-				s = bad
-			case rows[row][col] == "ok":
-				s = good
-			}
-			return s
-		})
 	var b strings.Builder
-	for _, line := range strings.Split(t.Render(), "\n") {
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
+	b.WriteString(renderTable(cell, hostsHeaders, rows, func(row, col int) lipgloss.Style {
+		switch {
+		case strings.HasPrefix(rows[row][col], "FAIL"):
+			return bad
+		case rows[row][col] == "ok":
+			return good
+		}
+		return cell
+	}))
 	for _, r := range reports {
 		if r.Error != "" {
 			fmt.Fprintf(&b, "%s: %s\n", r.Host, r.Error)

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/gtrain/gtrain/planner"
 )
@@ -140,35 +139,20 @@ func planTable(ios *IOStreams, rows []planner.Candidate) string {
 			seconds(c.StepTime), fmt.Sprintf("%.1f", c.TFLOPSPerGPU), fmt.Sprintf("%.1f%%", c.MFU*100),
 			fmt.Sprintf("%.3f", c.Bubble), fit}
 	}
-	r := lipgloss.NewRenderer(ios.Out)
-	cell := r.NewStyle().PaddingRight(2)
+	cell, colour := tableCell(ios)
 	chosen, bad := cell, cell
-	if ios.Getenv == nil || ios.Getenv("NO_COLOR") == "" {
+	if colour {
 		chosen, bad = cell.Bold(true).Foreground(lipgloss.Color("2")), cell.Foreground(lipgloss.Color("1"))
 	}
-	t := table.New().
-		Border(lipgloss.HiddenBorder()).
-		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
-		BorderHeader(false).BorderColumn(false).
-		Wrap(false).
-		Headers(planHeaders...).
-		Rows(cells...).
-		StyleFunc(func(row, col int) lipgloss.Style {
-			switch {
-			case row == table.HeaderRow:
-				return cell.Bold(true)
-			case cells[row][0] == "*":
-				return chosen
-			case !rows[row].Feasible && col == len(planHeaders)-1:
-				return bad
-			}
-			return cell
-		})
-	var b strings.Builder
-	for _, line := range strings.Split(t.Render(), "\n") {
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
-	return b.String()
+	return renderTable(cell, planHeaders, cells, func(row, col int) lipgloss.Style {
+		switch {
+		case cells[row][0] == "*":
+			return chosen
+		case !rows[row].Feasible && col == len(planHeaders)-1:
+			return bad
+		}
+		return cell
+	})
 }
 
 func layoutLine(c planner.Candidate) string {
