@@ -119,22 +119,10 @@ func InitParams(c Config, seed uint64, flat []float32) {
 // micro-batch (other stores clear their own).
 func (m *Model) ZeroGrad() { clear(m.Grads) }
 
-// Memory is the bytes a model holds, by category: parameters and gradients
-// of a dense store, and the activation buffers.
-type Memory struct {
-	Params      int64 `json:"params"`
-	Grads       int64 `json:"grads"`
-	Activations int64 `json:"activations"`
-}
-
-// Memory reports m's bytes by category.
-func (m *Model) Memory() Memory {
-	return Memory{
-		Params:      int64(len(m.Params)) * 4,
-		Grads:       int64(len(m.Grads)) * 4,
-		Activations: (m.acts.floats() + m.grad.floats()) * 4,
-	}
-}
+// ActivationBytes is what m's activation buffers hold: those kept by
+// forward for backward and backward's scratch. Parameters and gradients are
+// the store's to report.
+func (m *Model) ActivationBytes() int64 { return (m.acts.floats() + m.grad.floats()) * 4 }
 
 func fill(s []float32, v float32) {
 	for i := range s {

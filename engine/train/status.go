@@ -40,7 +40,7 @@ type MemoryUse struct {
 // Memory is what this rank holds now.
 func (t *Trainer) Memory() MemoryUse {
 	z := t.zero.Memory()
-	u := MemoryUse{Params: z.Params, Grads: z.Grads, Optimizer: z.Optimizer, Activations: t.model.Memory().Activations, Buffers: z.Buffers}
+	u := MemoryUse{Params: z.Params, Grads: z.Grads, Optimizer: z.Optimizer, Activations: t.model.ActivationBytes(), Buffers: z.Buffers}
 	u.Total = u.Params + u.Grads + u.Optimizer + u.Activations + u.Buffers
 	return u
 }
