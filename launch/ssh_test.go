@@ -129,6 +129,11 @@ func TestSSHHostKeys(t *testing.T) {
 			if want := map[bool]string{true: "ssh-keygen -R", false: "--ssh-accept-new"}[tt.wantChanged]; !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say what to do (%s)", err, want)
 			}
+			// The server is on a port other than 22: the hint names it so.
+			port := strconv.Itoa(srv.port)
+			if want := map[bool]string{true: "ssh-keygen -R '[127.0.0.1]:" + port + "'", false: "ssh-keyscan -p " + port + " 127.0.0.1"}[tt.wantChanged]; !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks the hint %s", err, want)
+			}
 		})
 	}
 }
@@ -252,5 +257,42 @@ func TestSSHConfigAlias(t *testing.T) {
 	}
 	if got := rec.lines(0); len(got) != 1 || got[0] != "via alias" {
 		t.Errorf("lines %q", got)
+	}
+}
+
+// TestHostKeyHints: the commands a refused host key suggests name a host on
+// a port other than 22 the way known_hosts stores it ('[host]:port') and
+// the way ssh-keyscan takes it (-p port host).
+func TestHostKeyHints(t *testing.T) {
+	tests := []struct {
+		name, host, keyHost string
+		port                int
+		remove, scan        string
+	}{
+		{"port 22", "gpu1", "gpu1", 22, "ssh-keygen -R gpu1", "ssh-keyscan gpu1"},
+		{"port unknown", "gpu1", "", 0, "ssh-keygen -R gpu1", "ssh-keyscan gpu1"},
+		{"other port", "gpu1", "gpu1", 2222, "ssh-keygen -R '[gpu1]:2222'", "ssh-keyscan -p 2222 gpu1"},
+		{"alias with HostName", "gpu1", "10.0.0.5", 2200, "ssh-keygen -R '[10.0.0.5]:2200'", "ssh-keyscan -p 2200 10.0.0.5"},
+		{"ipv6 port 22", "[fe80::1]", "fe80::1", 22, "ssh-keygen -R fe80::1", "ssh-keyscan fe80::1"},
+		{"ipv6 other port", "[fe80::1]", "fe80::1", 2222, "ssh-keygen -R '[fe80::1]:2222'", "ssh-keyscan -p 2222 fe80::1"},
+		{"odd name quoted", "a b", "a b", 22, "ssh-keygen -R 'a b'", "ssh-keyscan 'a b'"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &HostKeyError{Host: tt.host, KeyHost: tt.keyHost, Port: tt.port, Files: []string{"kh"}}
+			if got := e.RemoveHint(); got != tt.remove {
+				t.Errorf("RemoveHint = %q, want %q", got, tt.remove)
+			}
+			if got := e.ScanHint(); got != tt.scan {
+				t.Errorf("ScanHint = %q, want %q", got, tt.scan)
+			}
+			if msg := e.Error(); !strings.Contains(msg, tt.scan) {
+				t.Errorf("unknown-key error %q lacks %q", msg, tt.scan)
+			}
+			e.Changed = true
+			if msg := e.Error(); !strings.Contains(msg, "`"+tt.remove+"`") {
+				t.Errorf("changed-key error %q lacks `%s`", msg, tt.remove)
+			}
+		})
 	}
 }

@@ -154,18 +154,63 @@ func loadSigner(path string) (ssh.Signer, error) {
 // HostKeyError is a refused host key: unknown (not in known_hosts) or
 // changed (known_hosts has another key for the host).
 type HostKeyError struct {
-	Host    string
+	Host    string // the host as the hostfile names it
 	Changed bool
 	Files   []string
+	// KeyHost and Port are where the key was offered (the ssh_config
+	// HostName and port): known_hosts stores a host on a port other than
+	// 22 as "[KeyHost]:Port", so the hints must name it that way.
+	KeyHost string
+	Port    int
 }
 
 func (e *HostKeyError) Error() string {
 	if e.Changed {
-		return fmt.Sprintf("ssh: host key of %s CHANGED (known_hosts: %s): this could be an attack; if the host was reinstalled, remove the old key with `ssh-keygen -R %s` and connect again",
-			e.Host, strings.Join(e.Files, ", "), e.Host)
+		return fmt.Sprintf("ssh: host key of %s CHANGED (known_hosts: %s): this could be an attack; if the host was reinstalled, remove the old key with `%s` and connect again",
+			e.Host, strings.Join(e.Files, ", "), e.RemoveHint())
 	}
-	return fmt.Sprintf("ssh: host key of %s is not in %s: check it and add it (ssh-keyscan %s >> ~/.ssh/known_hosts), or pass --ssh-accept-new to trust it on first use",
-		e.Host, strings.Join(e.Files, ", "), e.Host)
+	return fmt.Sprintf("ssh: host key of %s is not in %s: check it and add it (%s >> ~/.ssh/known_hosts), or pass --ssh-accept-new to trust it on first use",
+		e.Host, strings.Join(e.Files, ", "), e.ScanHint())
+}
+
+// keyHost is the host name as known_hosts stores it, without a port.
+func (e *HostKeyError) keyHost() string {
+	if e.KeyHost != "" {
+		return strings.Trim(e.KeyHost, "[]")
+	}
+	return strings.Trim(e.Host, "[]")
+}
+
+// RemoveHint is the command that removes the host's stored key:
+// `ssh-keygen -R '[host]:port'` for a port other than 22, quoted because
+// a shell would read the brackets as a pattern.
+func (e *HostKeyError) RemoveHint() string {
+	if e.Port == 0 || e.Port == 22 {
+		return "ssh-keygen -R " + shellWord(e.keyHost())
+	}
+	return "ssh-keygen -R " + shellQuote("["+e.keyHost()+"]:"+strconv.Itoa(e.Port))
+}
+
+// ScanHint is the command that fetches the host's key: ssh-keyscan takes
+// the port as -p, never as host:port.
+func (e *HostKeyError) ScanHint() string {
+	if e.Port == 0 || e.Port == 22 {
+		return "ssh-keyscan " + shellWord(e.keyHost())
+	}
+	return "ssh-keyscan -p " + strconv.Itoa(e.Port) + " " + shellWord(e.keyHost())
+}
+
+// shellWord quotes s for a POSIX shell only when it needs it.
+func shellWord(s string) string {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:@%+/", c)) {
+			return shellQuote(s)
+		}
+	}
+	if s == "" {
+		return "''"
+	}
+	return s
 }
 
 // hostKeys returns the host key callback for t and the host key algorithms
@@ -199,10 +244,10 @@ func (s *SSH) hostKeys(t sshTarget) (ssh.HostKeyCallback, []string, error) {
 			return err // nil, or revoked
 		}
 		if len(ke.Want) > 0 {
-			return &HostKeyError{Host: t.Alias, Changed: true, Files: existing}
+			return &HostKeyError{Host: t.Alias, Changed: true, Files: existing, KeyHost: t.HostName, Port: t.Port}
 		}
 		if !s.Config.AcceptNew {
-			return &HostKeyError{Host: t.Alias, Files: files}
+			return &HostKeyError{Host: t.Alias, Files: files, KeyHost: t.HostName, Port: t.Port}
 		}
 		return s.rememberKey(files[0], hostname, key)
 	}
