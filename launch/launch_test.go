@@ -272,6 +272,30 @@ func TestRunStatusChannel(t *testing.T) {
 	}
 }
 
+// TestRunStatusOversized: a status record over the line limit is dropped
+// with a notice naming the rank and its size, and the records after it
+// still arrive.
+func TestRunStatusOversized(t *testing.T) {
+	script := `{ printf '{"pad":"'; head -c 102400 /dev/zero | tr '\0' x; printf '"}\n'; echo '{"step":4}'; } >&3`
+	rec, err := runJob(t, t.Context(), 1, time.Second, script)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := rec.ofType(proto.EventStatus)
+	if len(st) != 1 || string(st[0].Status) != `{"step":4}` {
+		t.Errorf("status events = %+v, want only the record after the oversized one", st)
+	}
+	var notices []string
+	for _, ev := range rec.ofType(proto.EventNotice) {
+		if strings.Contains(ev.Message, "status record of") {
+			notices = append(notices, ev.Message)
+		}
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "rank 0") || !strings.Contains(notices[0], "102410 bytes") {
+		t.Errorf("notices about the oversized record = %q, want one naming rank 0 and 102410 bytes", notices)
+	}
+}
+
 func TestRunRestarts(t *testing.T) {
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
 	p, err := NewPlan(Options{Nodes: localNodes(2), MaxRestarts: 2, Grace: time.Second,

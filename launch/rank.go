@@ -206,30 +206,66 @@ func (a *agent) readLines(rp *rankProc, r io.Reader, stream string, wg *sync.Wai
 }
 
 // readStatus forwards the rank's status records. A record that is not a JSON
-// object is reported once as an error and otherwise ignored.
+// object is reported once as an error and otherwise ignored. A record longer
+// than proto.MaxLogLine is dropped with an error naming its size, and the
+// channel goes on: memory stays bounded by the reader's buffer.
 func (a *agent) readStatus(rp *rankProc, r io.Reader, wg *sync.WaitGroup) {
 	defer wg.Done()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), proto.MaxLogLine)
+	br := bufio.NewReaderSize(r, proto.MaxLogLine)
 	warned := false
-	for sc.Scan() {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		if b[0] != '{' || !json.Valid(b) {
-			if !warned {
-				warned = true
-				a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
-					Message: fmt.Sprintf("rank %d: status record is not a JSON object (fd %d expects one object per line): %.80q", rp.spec.Rank, StatusFD, b)})
+	for {
+		b, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			n, end := skipLine(br)
+			if end == nil {
+				n-- // the newline is not part of the record
+			}
+			a.oversizedStatus(rp, len(b)+n, end)
+			if end != nil {
+				return
 			}
 			continue
 		}
-		a.emit(proto.Event{Type: proto.EventStatus, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
-			Status: json.RawMessage(bytes.Clone(b))})
+		if b = bytes.TrimSpace(b); len(b) > 0 {
+			if b[0] != '{' || !json.Valid(b) {
+				if !warned {
+					warned = true
+					a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+						Message: fmt.Sprintf("rank %d: status record is not a JSON object (fd %d expects one object per line): %.80q", rp.spec.Rank, StatusFD, b)})
+				}
+			} else {
+				a.emit(proto.Event{Type: proto.EventStatus, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+					Status: json.RawMessage(bytes.Clone(b))})
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
-	// Drain whatever else arrives so the rank never blocks on a full pipe.
-	_, _ = io.Copy(io.Discard, r)
+}
+
+// skipLine discards the rest of a line, returning how many bytes it
+// dropped and, if the input ended first, why.
+func skipLine(br *bufio.Reader) (int, error) {
+	n := 0
+	for {
+		b, err := br.ReadSlice('\n')
+		n += len(b)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return n, err
+		}
+	}
+}
+
+// oversizedStatus reports a dropped status record that did not fit.
+func (a *agent) oversizedStatus(rp *rankProc, size int, end error) {
+	what := fmt.Sprintf("%d bytes", size)
+	if end != nil {
+		what = fmt.Sprintf("at least %d bytes, cut off by the end of the channel", size)
+	}
+	a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+		Message: fmt.Sprintf("rank %d: status record of %s on fd %d dropped: the limit is %d bytes per line (keep records short; the channel goes on)",
+			rp.spec.Rank, what, StatusFD, proto.MaxLogLine)})
 }
 
 // readErrorFile returns the message a failed PyTorch rank recorded in its
