@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"sync"
@@ -74,6 +75,17 @@ func (a *agent) emit(ev proto.Event) {
 }
 
 func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) error {
+	// Before joining, so that a host that cannot run ranks fails the job
+	// before any rank starts anywhere.
+	if err := a.prepareTmp(); err != nil {
+		// No done event: the launcher counts this agent lost, with err as
+		// the reason, and stops the job at once.
+		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: err.Error()})
+		return err
+	}
+	if a.tmpdir != "" {
+		defer os.RemoveAll(a.tmpdir)
+	}
 	cmds := make(chan proto.Command, 4)
 	go readCommands(dec, cmds)
 	facts := hostFacts(version)
@@ -93,16 +105,6 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	if err := becomeSubreaper(); err != nil {
 		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: cannot become child subreaper: " + err.Error()})
 	}
-	if a.spec.ErrorFiles || a.spec.Rendezvous != nil {
-		dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.spec.RunID)+"-")
-		if err != nil {
-			a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: temporary directory for error files and the store secret: " + err.Error()})
-		} else {
-			a.tmpdir = dir
-			defer os.RemoveAll(dir)
-		}
-	}
-	a.storeEnv = a.rankStoreEnv()
 	if a.spec.WaitStart && !a.awaitStart(ctx, cmds) {
 		a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
 		return nil
@@ -121,6 +123,38 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	a.cleanup()
 	a.emit(proto.Event{Type: proto.EventDone, Rank: -1})
 	return nil
+}
+
+// prepareTmp makes the agent's temporary directory, for the ranks' error
+// files and the store secret, and writes the secret into it. Without them a
+// rank of the built-in engine cannot reach the job's store, so a temporary
+// directory that cannot be written fails the job, naming the host and path.
+func (a *agent) prepareTmp() error {
+	if !a.spec.ErrorFiles && a.spec.Rendezvous == nil {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.spec.RunID)+"-")
+	if err != nil {
+		return fmt.Errorf("agent: host %s: temporary directory %s is not writable: %w (set TMPDIR to a writable directory on that host)",
+			a.spec.Host, os.TempDir(), unwrapPath(err))
+	}
+	a.tmpdir = dir
+	if a.storeEnv, err = a.rankStoreEnv(); err != nil {
+		os.RemoveAll(dir)
+		a.tmpdir = ""
+		return fmt.Errorf("agent: host %s: temporary directory %s: %w (set TMPDIR to a writable directory on that host)", a.spec.Host, dir, err)
+	}
+	return nil
+}
+
+// unwrapPath drops a *fs.PathError's own path, which names a random
+// file in the directory that the message already names.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // awaitStart waits for the launcher's start command, keeping up heartbeats,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +84,31 @@ func TestAgentBadSpec(t *testing.T) {
 				t.Errorf("no error event written: %s", out.String())
 			}
 		})
+	}
+}
+
+// TestRunUnwritableTmpdir: an agent whose TMPDIR cannot be written (here a
+// path under a regular file, which not even root can create) fails the job
+// before any rank starts, naming the host and the path and saying to set
+// TMPDIR, instead of starting ranks that cannot reach the job's store.
+func TestRunUnwritableTmpdir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(file, "tmp")
+	t.Setenv("TMPDIR", bad)
+	rec, err := runJob(t, t.Context(), 2, time.Second, `echo started`)
+	var lost *AgentLostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("Run error = %v, want *AgentLostError", err)
+	}
+	for _, want := range []string{"host localhost", bad, "set TMPDIR"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if got := rec.ofType(proto.EventRankStarted); len(got) != 0 {
+		t.Errorf("ranks started despite the unwritable TMPDIR: %+v", got)
 	}
 }

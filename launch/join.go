@@ -91,19 +91,18 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 // secret in the environment would show up in every environment dump. It
 // writes the secret file into the agent's temporary directory
 // and returns the ranks' GTRAIN_STORE_* variables; none without a
-// rendezvous or a directory to put the secret in.
-func (a *agent) rankStoreEnv() []string {
+// rendezvous.
+func (a *agent) rankStoreEnv() ([]string, error) {
 	r := a.spec.Rendezvous
 	if r == nil || a.tmpdir == "" {
-		return nil
+		return nil, nil
 	}
 	file := filepath.Join(a.tmpdir, "store.secret")
 	if err := os.WriteFile(file, r.Secret, 0o600); err != nil {
-		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: write the store secret for the ranks: " + err.Error()})
-		return nil
+		return nil, fmt.Errorf("write the store secret for the ranks: %w", err)
 	}
 	return []string{
 		rendezvous.EnvStoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
 		rendezvous.EnvStoreSecretFile + "=" + file,
-	}
+	}, nil
 }
