@@ -7,9 +7,29 @@ import (
 	"strings"
 )
 
-// maxSlotCount bounds slots= and max_slots= so that selecting every slot of a
-// host cannot allocate an absurd amount of memory.
-const maxSlotCount = 1 << 16
+// Bounds on what a hostfile may describe, so that a typo or a hostile file
+// (slots=100000000, /dev/zero) is refused with a clear error instead of
+// exhausting the launcher's memory.
+const (
+	// MaxSlotsPerHost bounds slots= and max_slots= (ranks on one host). The
+	// largest machines have 8 to 16 GPUs, or some 1500 hardware threads for
+	// CPU ranks; each rank is a process the host's agent supervises.
+	MaxSlotsPerHost = 4096
+	// MaxHosts bounds the hosts of one hostfile.
+	MaxHosts = 65536
+	// MaxFileSlots bounds the slots of one hostfile, all hosts together: a
+	// cluster's hostfile may list more slots than one job uses (selected
+	// with the filters), but selecting is done slot by slot, in memory.
+	MaxFileSlots = 1 << 20
+	// MaxRanks bounds the ranks a selection may hold: the world size of one
+	// job. The largest published training jobs ran on some 16384 to 32768
+	// GPUs; the launcher keeps a plan, an environment and a status channel
+	// per rank.
+	MaxRanks = 65536
+	// MaxFileSize bounds the size of a hostfile: a file of MaxHosts hosts
+	// with long names is under 2 MiB.
+	MaxFileSize = 4 << 20
+)
 
 // Host is one line of a hostfile.
 type Host struct {

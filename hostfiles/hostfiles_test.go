@@ -2,6 +2,7 @@ package hostfiles
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,7 +47,7 @@ func TestParse(t *testing.T) {
 		{"IPv6 with user and port", "root@[2001:db8::7]:22 slots=1",
 			[]Host{{Name: "2001:db8::7", User: "root", Port: 22, Slots: 1, Line: 1}}},
 		{"IPv4-mapped IPv6", "::ffff:10.0.0.1 slots=1", []Host{{Name: "::ffff:10.0.0.1", Slots: 1, Line: 1}}},
-		{"slot limit", "w slots=65536", []Host{{Name: "w", Slots: 65536, Line: 1}}},
+		{"slot limit", "w slots=4096", []Host{{Name: "w", Slots: 4096, Line: 1}}},
 		{"same user and port on two hosts", "u@a:22 slots=1\nu@b:22 slots=1",
 			[]Host{{Name: "a", User: "u", Port: 22, Slots: 1, Line: 1}, {Name: "b", User: "u", Port: 22, Slots: 1, Line: 2}}},
 	}
@@ -77,12 +78,16 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate despite user and port", "a@w:22 slots=1\nb@w:23 slots=1", 2, `duplicate host "w"`},
 		{"duplicate differing in case", "worker-0 slots=1\nWORKER-0 slots=1", 2, `(first on line 1 as "worker-0")`},
 		{"duplicate IPv6 spellings", "[::1] slots=1\n0:0::1 slots=1", 2, `duplicate host "0:0::1"`},
-		{"slots zero", "w slots=0", 1, `invalid slots= "0": want a whole number from 1 to 65536`},
+		{"slots zero", "w slots=0", 1, `invalid slots= "0": want a whole number from 1 to 4096`},
 		{"slots negative", "w slots=-1", 1, `invalid slots= "-1"`},
 		{"slots plus sign", "w slots=+1", 1, `invalid slots= "+1"`},
 		{"slots junk suffix", "w slots=2abc", 1, `invalid slots= "2abc"`},
 		{"slots empty", "w slots=", 1, `invalid slots= ""`},
-		{"slots too many", "w slots=65537", 1, `invalid slots= "65537"`},
+		{"slots too many", "w slots=4097", 1, `invalid slots= "4097": want a whole number from 1 to 4096`},
+		{"too many hosts", manyHosts(MaxHosts+1, 1), MaxHosts + 1, "more than 65536 hosts, the most a hostfile may list"},
+		{"too many slots", manyHosts(MaxFileSlots/MaxSlotsPerHost+1, MaxSlotsPerHost), MaxFileSlots/MaxSlotsPerHost + 1,
+			"more than 1048576 slots in all"},
+		{"file too large", strings.Repeat("#", MaxFileSize) + "\nw slots=1", 0, "larger than 4 MiB, the limit for a hostfile"},
 		{"slots overflow", "w slots=99999999999999999999999", 1, `invalid slots=`},
 		{"missing slots", "\nworker-0\n", 2, `missing slot count for "worker-0": add slots=N`},
 		{"missing slots with max_slots", "w max_slots=4", 1, "missing slot count"},
@@ -146,6 +151,15 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyHosts is a hostfile of n hosts with slots each.
+func manyHosts(n, slots int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "h%d slots=%d\n", i, slots)
+	}
+	return b.String()
 }
 
 func TestParseReadError(t *testing.T) {

@@ -23,14 +23,20 @@ func ParseFile(path string) ([]Host, error) {
 
 // Parse reads a hostfile from r; name is used in error messages only.
 // Problems with the contents are reported as [*ParseError].
+// A file larger than [MaxFileSize], with more than [MaxHosts] hosts or more
+// than [MaxFileSlots] slots is refused.
 func Parse(name string, r io.Reader) ([]Host, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("hostfiles: read %s: %w", name, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, &ParseError{File: name, Msg: fmt.Sprintf("larger than %d MiB, the limit for a hostfile: is it the right file?", MaxFileSize>>20)}
 	}
 	text := strings.TrimPrefix(string(data), "\uFEFF")
 	var hosts []Host
 	seen := make(map[string]Host)
+	slots := 0
 	for i, line := range strings.Split(text, "\n") {
 		h, ok, err := parseLine(line)
 		if err != nil {
@@ -46,12 +52,27 @@ func Parse(name string, r io.Reader) ([]Host, error) {
 		}
 		seen[key] = h
 		hosts = append(hosts, h)
+		slots += h.Slots
+		if err := checkSize(len(hosts), slots); err != nil {
+			return nil, &ParseError{File: name, Line: h.Line, Msg: err.Error()}
+		}
 	}
 	if len(hosts) == 0 {
 		return nil, &ParseError{File: name,
 			Msg: `no hosts (the file is empty or only comments): add one line per host, like "worker-0 slots=8"`}
 	}
 	return hosts, nil
+}
+
+// checkSize bounds the hosts and slots of one hostfile.
+func checkSize(hosts, slots int) error {
+	switch {
+	case hosts > MaxHosts:
+		return fmt.Errorf("more than %d hosts, the most a hostfile may list: split the file", MaxHosts)
+	case slots > MaxFileSlots:
+		return fmt.Errorf("more than %d slots in all, the most a hostfile may list: split the file", MaxFileSlots)
+	}
+	return nil
 }
 
 func duplicateMsg(h, first Host) string {
@@ -252,11 +273,11 @@ func parseKeys(fields []string) (keyVals, error) {
 	return kv, nil
 }
 
-// parseCount parses a slot count in [1, maxSlotCount]; what names it in errors.
+// parseCount parses a slot count in [1, MaxSlotsPerHost]; what names it in errors.
 func parseCount(what, s string) (int, error) {
 	n, err := parseDigits(s)
-	if err != nil || n < 1 || n > maxSlotCount {
-		return 0, fmt.Errorf("invalid %s %q: want a whole number from 1 to %d", what, s, maxSlotCount)
+	if err != nil || n < 1 || n > MaxSlotsPerHost {
+		return 0, fmt.Errorf("invalid %s %q: want a whole number from 1 to %d", what, s, MaxSlotsPerHost)
 	}
 	return n, nil
 }

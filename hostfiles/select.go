@@ -29,14 +29,31 @@ func Select(hosts []Host, f Filter) ([]Node, error) {
 	if err := checkHosts(hosts); err != nil {
 		return nil, err
 	}
+	var nodes []Node
+	var err error
 	switch {
 	case f.Include != "":
-		return include(hosts, f.Include)
+		nodes, err = include(hosts, f.Include)
 	case f.Exclude != "":
-		return exclude(hosts, f.Exclude)
+		nodes, err = exclude(hosts, f.Exclude)
 	default:
-		return limit(hosts, f.NumNodes, f.NumSlots)
+		nodes, err = limit(hosts, f.NumNodes, f.NumSlots)
 	}
+	if err != nil {
+		return nil, err
+	}
+	if n := countSlots(nodes); n > MaxRanks {
+		return nil, fmt.Errorf("hostfiles: %d slots selected: a job has at most %d ranks; select fewer with --include, --exclude, --num-nodes or --num-gpus", n, MaxRanks)
+	}
+	return nodes, nil
+}
+
+func countSlots(nodes []Node) int {
+	n := 0
+	for _, nd := range nodes {
+		n += len(nd.SlotIDs)
+	}
+	return n
 }
 
 // All returns every host with all its slots selected, the same as Select
@@ -90,15 +107,20 @@ func checkHosts(hosts []Host) error {
 		return errors.New("hostfiles: no hosts to select from")
 	}
 	seen := make(map[string]bool, len(hosts))
+	slots := 0
 	for _, h := range hosts {
-		if h.Slots < 1 || h.Slots > maxSlotCount {
-			return fmt.Errorf("hostfiles: host %q has %d slots: want 1 to %d", h.Name, h.Slots, maxSlotCount)
+		if h.Slots < 1 || h.Slots > MaxSlotsPerHost {
+			return fmt.Errorf("hostfiles: host %q has %d slots: want 1 to %d", h.Name, h.Slots, MaxSlotsPerHost)
 		}
 		key := hostKey(h.Name)
 		if seen[key] {
 			return fmt.Errorf("hostfiles: duplicate host %q", h.Name)
 		}
 		seen[key] = true
+		slots += h.Slots
+	}
+	if err := checkSize(len(hosts), slots); err != nil {
+		return fmt.Errorf("hostfiles: %w", err)
 	}
 	return nil
 }
