@@ -55,6 +55,9 @@ type Options struct {
 	// SequenceParallel shards the TP-replicated activations (Korthikanti et
 	// al. 2022) whenever TP > 1.
 	SequenceParallel bool
+	// Activations is how the trained framework keeps activations; the
+	// zero value is Megatron-LM's, which the defaults are calibrated on.
+	Activations ActStorage
 }
 
 // DefaultOptions are calibrated on Narayanan et al. 2021, Table 1 (see

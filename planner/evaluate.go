@@ -38,7 +38,7 @@ func (pr Problem) Validate() error {
 	case !(o.UsableMemory > 0 && o.UsableMemory <= 1):
 		return fmt.Errorf("usable memory %g: must be in (0, 1]", o.UsableMemory)
 	}
-	return nil
+	return o.Activations.validate()
 }
 
 // Usable is the bytes per GPU tensors may fill.
@@ -207,7 +207,7 @@ type evaluation struct {
 
 func newEvaluation(pr Problem, l Layout, m int) evaluation {
 	ev := evaluation{pr: pr, l: l, m: m, net: newNet(pr.Topology, pr.Options)}
-	ev.x = newActShape(pr.Model, l.MicroBatch, l.TP, pr.Options.SequenceParallel, pr.Precision)
+	ev.x = newActShape(pr.Model, l.MicroBatch, l.TP, pr.Options.SequenceParallel, pr.Precision, pr.Options.Activations)
 	// The most loaded stage is the first (most micro-batches in flight, the
 	// embedding), the first with an extra layer, or the last (the output
 	// layer); the others hold no more than one of these.

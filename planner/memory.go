@@ -93,17 +93,51 @@ func ModelStates(psi float64, nd, stage int, p Precision) (params, grads, opt fl
 	return params, grads, opt
 }
 
+// ActStorage is how a framework keeps activations where it differs from
+// the Megatron-LM of Korthikanti et al. 2022. The zero value is the paper's:
+// elements of the precision's size and dropout, whose one-byte masks and
+// outputs are kept too.
+type ActStorage struct {
+	// ElemBytes is the size of an activation element; 0 means the
+	// precision's (2 for bf16 and fp16, 4 for fp32).
+	ElemBytes float64
+	// NoDropout: the model has no dropout, so no masks are kept and the
+	// attention keeps its softmax output once (the dropout output is it).
+	NoDropout bool
+}
+
+// validate reports an element size no framework uses.
+func (st ActStorage) validate() error {
+	if !(st.ElemBytes >= 0 && st.ElemBytes <= 8) {
+		return fmt.Errorf("activation element size %g bytes: want 0 (the precision's) to 8", st.ElemBytes)
+	}
+	return nil
+}
+
+// elemBytes is the element size st gives at precision p.
+func (st ActStorage) elemBytes(p Precision) float64 {
+	if st.ElemBytes > 0 {
+		return st.ElemBytes
+	}
+	return p.actBytes()
+}
+
 // actShape is what the activation formulas need for one micro-batch.
 type actShape struct {
 	s, b, h, a float64 // sequence, micro-batch, hidden, heads
 	t          float64 // tensor-parallel degree
 	sp         bool    // sequence parallelism with TP (Korthikanti et al. 2022, section 4.2.2)
 	e          float64 // bytes per activation element (2 in the paper)
+	mask       float64 // bytes per dropout mask element: 1 in the paper, 0 without dropout
 	split      float64 // bytes per s·b·h of the parts TP splits: Q, K, V, the projection input, the MLP
 }
 
-func newActShape(m Model, b, t int, sp bool, p Precision) actShape {
-	e := p.actBytes()
+func newActShape(m Model, b, t int, sp bool, p Precision, st ActStorage) actShape {
+	e := st.elemBytes(p)
+	mask := 1.0
+	if st.NoDropout {
+		mask = 0
+	}
 	h := float64(m.Hidden)
 	kv := float64(m.KVHeads) / float64(m.Heads)
 	// Q, K and V (the latter two scaled for grouped-query attention) and the
@@ -115,7 +149,7 @@ func newActShape(m Model, b, t int, sp bool, p Precision) actShape {
 		mlp = 3
 	}
 	split := e*(2+2*kv) + e*mlp*float64(m.FFN)/h
-	return actShape{s: float64(m.Seq), b: float64(b), h: h, a: float64(m.Heads), t: float64(t), sp: sp && t > 1, e: e, split: split}
+	return actShape{s: float64(m.Seq), b: float64(b), h: h, a: float64(m.Heads), t: float64(t), sp: sp && t > 1, e: e, mask: mask, split: split}
 }
 
 // LayerActivations is the activation memory of one transformer layer for one
@@ -133,8 +167,32 @@ func newActShape(m Model, b, t int, sp bool, p Precision) actShape {
 // mask (1) and dropout output (2) per head. Other shapes (grouped-query
 // attention, SwiGLU, fp32) rescale those same terms.
 func LayerActivations(m Model, b, t int, sp bool, p Precision, rc Recompute) float64 {
-	x := newActShape(m, b, t, sp, p)
+	x := newActShape(m, b, t, sp, p, ActStorage{})
 	return x.layer(rc)
+}
+
+// ActivationMemory is the activation memory of one micro-batch of a whole
+// model on one rank (no tensor or pipeline parallelism), in bytes, by the
+// parts the cost model counts.
+type ActivationMemory struct {
+	Layer      float64 // what forward keeps for backward in each layer
+	Head       float64 // the final norm's input, the output layer's input and the fp32 logits
+	WorkingSet float64 // what recomputation needs live in backward on top of what is kept
+}
+
+// Total is the model's activation memory: every layer, the head and the
+// working set.
+func (a ActivationMemory) Total(layers int) float64 {
+	return float64(layers)*a.Layer + a.Head + a.WorkingSet
+}
+
+// ModelActivations is the activation memory of m for micro-batches of b
+// sequences of m.Seq tokens kept as st says: the figures a search charges a
+// layout with TP = PP = 1, and what a framework that keeps the same tensors
+// (the built-in engine: 4-byte elements, no dropout) allocates for them.
+func ModelActivations(m Model, b int, p Precision, st ActStorage, rc Recompute) ActivationMemory {
+	x := newActShape(m, b, 1, false, p, st)
+	return ActivationMemory{Layer: x.layer(rc), Head: x.headActivations(m.Vocab), WorkingSet: x.workingSet(rc)}
 }
 
 func (x actShape) layer(rc Recompute) float64 {
@@ -146,8 +204,9 @@ func (x actShape) layer(rc Recompute) float64 {
 		return x.e * sbh
 	}
 	// Replicated under TP without SP: two LayerNorm inputs, the QKV and MLP
-	// inputs (4 tensors of e bytes) and two one-byte dropout masks.
-	repl := 4*x.e + 2
+	// inputs (4 tensors of e bytes) and the dropout masks after the
+	// attention projection and the MLP.
+	repl := 4*x.e + 2*x.mask
 	v := sbh * (x.split / x.t)
 	if x.sp {
 		v += sbh * repl / x.t
@@ -162,17 +221,23 @@ func (x actShape) layer(rc Recompute) float64 {
 
 // core is the attention core a selective recompute drops: softmax output,
 // dropout mask and dropout output, a·s² each per sequence, split by TP.
+// Without dropout the softmax output is all there is.
 func (x actShape) core() float64 {
-	return (2*x.e + 1) * x.a * x.s * x.s * x.b / x.t
+	per := 2*x.e + x.mask
+	if x.mask == 0 {
+		per = x.e
+	}
+	return per * x.a * x.s * x.s * x.b / x.t
 }
 
 // workingSet is what recomputation needs live on top of what it stores: a
-// full recompute rebuilds one layer's activations for its backward, a
-// selective one the attention core of one layer.
+// full recompute rebuilds one layer's activations for its backward (all but
+// the layer input, which it keeps), a selective one the attention core of
+// one layer.
 func (x actShape) workingSet(rc Recompute) float64 {
 	switch rc {
 	case RecomputeFull:
-		return x.layer(RecomputeNone)
+		return x.layer(RecomputeNone) - x.layer(RecomputeFull)
 	case RecomputeSelective:
 		return x.core()
 	}
@@ -180,8 +245,8 @@ func (x actShape) workingSet(rc Recompute) float64 {
 }
 
 // headActivations is the last stage's extra for one micro-batch: the final
-// norm and output layer's inputs and the logits for the cross entropy,
-// 4·s·b·h/t·(1 + V/h) in the paper's count, with fp32 logits.
+// norm and output layer's inputs (e bytes each) and the fp32 logits for the
+// cross entropy; 4·s·b·h/t·(1 + V/h) in the paper's 16-bit count.
 func (x actShape) headActivations(vocab int) float64 {
-	return 4 * x.s * x.b * x.h / x.t * (1 + float64(vocab)/x.h)
+	return (2*x.e*x.h + 4*float64(vocab)) * x.s * x.b / x.t
 }

@@ -105,7 +105,10 @@ func (m *Model) Backward(dloss float32) {
 			// Rewrites res[l+1] with the bit-identical values it holds.
 			m.blockForward(&lw, la, a.res[l], a.res[l+1])
 		case RecomputeSelective:
-			m.be.Gelu(la.fchGelu, la.fch)
+			// Rebuilds block l's probabilities in the shared buffer from
+			// its kept Q, K and V, rewriting atty with the bit-identical
+			// values it holds (the kernel computes both at once).
+			m.be.Attention(la.atty, la.att, la.qkv, m.B, m.T, C, cfg.Heads)
 		}
 		gw := cfg.blockView(st.Grads(1 + l))
 		m.blockBackward(&lw, &gw, la, a.res[l])

@@ -13,11 +13,15 @@ import (
 // of keeping them from the forward pass: memory traded for compute.
 type Recompute string
 
-// The recomputation modes, named as Megatron-LM and the planner name them.
+// The recomputation modes, as Korthikanti et al. 2022 (Megatron-LM) and the
+// planner define them.
 const (
-	RecomputeNone      Recompute = "none"      // keep every activation
-	RecomputeSelective Recompute = "selective" // recompute the MLP's GELU output (the largest cheap one), as llm.c does
-	RecomputeFull      Recompute = "full"      // keep only each block's input; rerun the block's forward in backward
+	RecomputeNone Recompute = "none" // keep every activation
+	// RecomputeSelective keeps every activation but the attention core
+	// (the softmax probabilities, B·heads·T² per block), which backward
+	// rebuilds from the kept Q, K and V one block at a time.
+	RecomputeSelective Recompute = "selective"
+	RecomputeFull      Recompute = "full" // keep only each block's input; rerun the block's forward in backward
 )
 
 // ParseRecompute accepts the three modes; "" means none.
@@ -47,6 +51,7 @@ type Model struct {
 	store  Store
 	acts   activations
 	grad   gradScratch
+	use    ActivationUse
 	x, y   []int32 // the micro-batch of the last Forward
 }
 
@@ -77,8 +82,8 @@ func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Sto
 		rc = RecomputeNone
 	}
 	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params(), store: st}
-	m.acts = newActivations(cfg, B, T, rc)
-	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T))
+	m.acts = newActivations(cfg, B, T, rc, &m.use)
+	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T), &m.use)
 	return m, nil
 }
 
@@ -118,11 +123,6 @@ func InitParams(c Config, seed uint64, flat []float32) {
 // ZeroGrad clears a dense model's gradients before a step's first
 // micro-batch (other stores clear their own).
 func (m *Model) ZeroGrad() { clear(m.Grads) }
-
-// ActivationBytes is what m's activation buffers hold: those kept by
-// forward for backward and backward's scratch. Parameters and gradients are
-// the store's to report.
-func (m *Model) ActivationBytes() int64 { return (m.acts.floats() + m.grad.floats()) * 4 }
 
 func fill(s []float32, v float32) {
 	for i := range s {
