@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func Commit(root string, m Manifest, keep int, warn func(string)) error {
 	if err != nil {
 		return fmt.Errorf("ckpt: commit %s: encode manifest (is the job spec valid JSON?): %w", name, err)
 	}
-	err = writeAtomic(filepath.Join(dir, ManifestName), func(f *os.File) error {
+	err = writeAtomic(filepath.Join(dir, ManifestName), func(f io.Writer) error {
 		_, err := f.Write(append(js, '\n'))
 		return err
 	})

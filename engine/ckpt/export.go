@@ -69,7 +69,7 @@ func Export(c *Checkpoint, out string, opts ExportOptions) error {
 	if err != nil {
 		return fail(err)
 	}
-	err = writeAtomic(out, func(f *os.File) error {
+	err = writeAtomic(out, func(f io.Writer) error {
 		w := bufio.NewWriterSize(f, 1<<20)
 		if _, err := w.Write(header); err != nil {
 			return err

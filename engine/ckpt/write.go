@@ -83,7 +83,7 @@ func WriteShard(root string, step int64, rank int, tensors []Tensor, state []byt
 		return fail(err)
 	}
 	file := File{Name: name, Rank: rank}
-	err = writeAtomic(filepath.Join(dir, name), func(f *os.File) error {
+	err = writeAtomic(filepath.Join(dir, name), func(f io.Writer) error {
 		h := sha256.New()
 		cw := &countWriter{w: io.MultiWriter(f, h)}
 		if err := writeShardData(cw, header, tensors); err != nil {

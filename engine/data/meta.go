@@ -2,9 +2,14 @@ package data
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+
+	"github.com/gtrain/gtrain/internal/atomicfile"
 )
 
 // Meta describes a prepared data directory (its meta.json): which tokenizer
@@ -37,6 +42,26 @@ func WriteMeta(path string, m Meta) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(m)
 	})
+}
+
+// StartDir makes the data directory dir ready to be rewritten: it refuses,
+// before anything changes, a train.bin, val.bin or meta.json that is not a
+// regular file (or a symbolic link to one, which is written through), and
+// removes meta.json (the file its link points to), so that an old one
+// cannot vouch for token files while they are being rewritten.
+func StartDir(dir string) error {
+	var meta string
+	for _, name := range []string{TrainFile, ValFile, MetaFile} {
+		target, err := atomicfile.Resolve(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
+		meta = target
+	}
+	if err := os.Remove(meta); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("data: %w", err)
+	}
+	return nil
 }
 
 // ReadMeta reads and checks the meta.json file path.

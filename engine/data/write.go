@@ -3,11 +3,10 @@ package data
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+
+	"github.com/gtrain/gtrain/internal/atomicfile"
 )
 
 // TokenWriter writes a token file atomically: tokens go to a temporary file
@@ -16,20 +15,22 @@ import (
 // interrupted writer never leaves a truncated file that looks valid.
 type TokenWriter struct {
 	path string
-	f    *atomicFile
+	f    *atomicfile.File
 	w    *bufio.Writer
 	n    int64
 	buf  [8192]byte // tokens encoded for w
 }
 
 // CreateTokens starts writing the token file path. Call Commit to finish it,
-// and Abort (deferred; a no-op after Commit) to drop it on failure.
+// and Abort (deferred; a no-op after Commit) to drop it on failure. Only a
+// regular file is replaced: a device, FIFO or directory at path is refused
+// (an *atomicfile.NotRegularError), and a symbolic link is written through.
 func CreateTokens(path string) (*TokenWriter, error) {
-	f, err := createAtomic(path)
+	f, err := atomicfile.Create(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data: create %s: %w", path, err)
 	}
-	return &TokenWriter{path: path, f: f, w: bufio.NewWriterSize(f.f, 1<<20)}, nil
+	return &TokenWriter{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
 // WriteTokens appends toks.
@@ -81,11 +82,14 @@ func (w *TokenWriter) Commit() error {
 		w.Abort()
 		return fmt.Errorf("data: write %s: %w", w.path, err)
 	}
-	return w.f.commit()
+	if err := w.f.Commit(); err != nil {
+		return fmt.Errorf("data: write %s: %w", w.path, err)
+	}
+	return nil
 }
 
 // Abort removes the temporary file; after Commit it does nothing.
-func (w *TokenWriter) Abort() { w.f.abort() }
+func (w *TokenWriter) Abort() { w.f.Abort() }
 
 // WriteFile writes toks as the token file path, atomically.
 func WriteFile(path string, toks []uint16) error {
@@ -100,76 +104,10 @@ func WriteFile(path string, toks []uint16) error {
 	return w.Commit()
 }
 
-// atomicFile is a temporary file that becomes path on commit.
-type atomicFile struct {
-	path, tmp string
-	f         *os.File
-	done      bool
-}
-
-// createAtomic creates a hidden temporary file next to path: the same
-// directory, so the rename is atomic (one file system).
-func createAtomic(path string) (*atomicFile, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // CreateTemp's path is a pattern, not a file to name
-		}
-		return nil, fmt.Errorf("data: create %s: %w", path, err)
-	}
-	return &atomicFile{path: path, tmp: f.Name(), f: f}, nil
-}
-
-// commit syncs the file, renames it into place and syncs the directory, so
-// that after a crash the file is either the old one or complete.
-func (a *atomicFile) commit() error {
-	if a.done {
-		return fmt.Errorf("data: write %s: already committed or aborted", a.path)
-	}
-	err := a.f.Sync()
-	if cerr := a.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(a.tmp, a.path)
-	}
-	if err != nil {
-		a.abort()
-		return fmt.Errorf("data: write %s: %w", a.path, err)
-	}
-	a.done = true
-	if d, err := os.Open(filepath.Dir(a.path)); err == nil {
-		// Best effort: some file systems cannot sync a directory.
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-// abort closes and removes the temporary file unless it was committed.
-func (a *atomicFile) abort() {
-	if a.done {
-		return
-	}
-	a.done = true
-	a.f.Close()
-	os.Remove(a.tmp)
-}
-
 // writeAtomic writes path atomically with fill.
 func writeAtomic(path string, fill func(io.Writer) error) error {
-	a, err := createAtomic(path)
-	if err != nil {
-		return err
-	}
-	defer a.abort()
-	if err := fill(a.f); err != nil {
+	if err := atomicfile.Write(path, fill); err != nil {
 		return fmt.Errorf("data: write %s: %w", path, err)
 	}
-	return a.commit()
+	return nil
 }

@@ -18,6 +18,9 @@ var forbidden = map[string][]string{
 	"rendezvous": {module + "/launch", module + "/engine", "github.com/spf13/"},
 	"engine":     {module + "/launch", module + "/cmd", "github.com/spf13/"},
 	"planner":    {"github.com/NVIDIA/go-nvml", "golang.org/x/crypto/ssh", "github.com/charmbracelet/", module + "/launch", "os/exec", "net"},
+
+	// Shared by the engine and the launcher: the standard library only.
+	"internal/atomicfile": {module + "/", "github.com/", "golang.org/"},
 }
 
 // TestImportBoundaries fails when a package reaches across a boundary of the
