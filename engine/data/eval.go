@@ -1,6 +1,9 @@
 package data
 
-import "fmt"
+import (
+	"fmt"
+	"runtime/debug"
+)
 
 // EvalSet is the fixed evaluation batches of a validation file, for a
 // validation loss comparable from one evaluation to the next: consecutive
@@ -38,8 +41,9 @@ func EvalBatches(src *Tokens, batch, seq, maxBatches int) (*EvalSet, error) {
 // Len is the number of batches.
 func (e *EvalSet) Len() int { return e.n }
 
-// Batch fills x and y (Batch*Seq ids each) with batch i, in [0, Len).
-func (e *EvalSet) Batch(i int, x, y []int32) error {
+// Batch fills x and y (Batch*Seq ids each) with batch i, in [0, Len). A
+// token file that changed under the job is a *ChangedError.
+func (e *EvalSet) Batch(i int, x, y []int32) (err error) {
 	B, T := e.batch, e.seq
 	switch {
 	case i < 0 || i >= e.n:
@@ -47,6 +51,10 @@ func (e *EvalSet) Batch(i int, x, y []int32) error {
 	case len(x) != B*T || len(y) != B*T:
 		return fmt.Errorf("data: eval: buffers of %d and %d tokens, want %d (batch %d x sequence %d)", len(x), len(y), B*T, B, T)
 	}
+	if err := e.src.begin(); err != nil {
+		return err
+	}
+	defer e.src.end(&err, debug.SetPanicOnFault(true))
 	start := i * B * T
 	win := e.src.toks[start : start+B*T+1]
 	for j := range B * T {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime/debug"
 )
 
 // SamplerConfig configures a Sampler.
@@ -78,8 +79,9 @@ func checkShape(b, t int) error {
 
 // Next fills x with this rank's inputs of the next draw and y with its
 // targets (x shifted by one token), each Batch*Seq ids, row after row. It
-// does not allocate.
-func (s *Sampler) Next(x, y []int32) error {
+// does not allocate. A token file that changed under the job is a
+// *ChangedError.
+func (s *Sampler) Next(x, y []int32) (err error) {
 	B, T := s.cfg.Batch, s.cfg.Seq
 	if len(x) != B*T || len(y) != B*T {
 		return fmt.Errorf("data: sampler: buffers of %d and %d tokens, want %d (batch %d x sequence %d)", len(x), len(y), B*T, B, T)
@@ -87,6 +89,10 @@ func (s *Sampler) Next(x, y []int32) error {
 	if s.src.Len() < T+1 {
 		return fmt.Errorf("data: %s: %d tokens, too few for sequence length %d (closed?)", s.src.Name(), s.src.Len(), T)
 	}
+	if err := s.src.begin(); err != nil {
+		return err
+	}
+	defer s.src.end(&err, debug.SetPanicOnFault(true))
 	s.pcg.Seed(mix64(s.cfg.Seed^seedSalt), mix64(uint64(s.draws)^drawSalt))
 	n := s.src.Len() - T // offsets in [0, Len-T-1]
 	for range s.cfg.Rank * B {

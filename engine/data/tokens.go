@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"sync"
 	"unsafe"
 
@@ -17,6 +18,13 @@ type Tokens struct {
 	name   string   // the file, for errors; "memory" for NewTokens
 	toks   []uint16 // a view of mapped, or the caller's slice
 	mapped []byte   // the mapping to unmap on Close; nil for memory
+
+	// The mapped file stays open so that every read can check, with
+	// fstat, that it is still the file that was mapped.
+	file  *os.File
+	fd    int
+	size  int64
+	mtime unix.Timespec
 
 	maxOnce sync.Once
 	max     uint16 // the largest id, computed once by CheckVocab
@@ -33,31 +41,50 @@ var nativeLittleEndian = func() bool {
 // number of uint16 tokens, at least one. On a big-endian machine the file is
 // read and converted instead of mapped. Close releases the mapping.
 //
-// The file must not be truncated while it is mapped (reading the lost part
-// would fault); replacing it by rename, as WriteFile and gtrain data prepare
-// do, leaves the mapping of the old file intact.
+// Replacing the file by rename, as WriteFile and gtrain data prepare do,
+// leaves the mapping of the old file intact. Truncating it or rewriting it
+// in place would make reads fault (SIGBUS) or see other data: every read
+// checks the file first and after, and turns a fault into an error, so such
+// a change fails the read with a *ChangedError.
 func Open(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+	if err == nil {
+		err = checkSize(path, fi)
 	}
-	if err := checkSize(path, fi); err != nil {
-		return nil, err
-	}
-	if !nativeLittleEndian {
+	if err == nil && !nativeLittleEndian {
+		defer f.Close()
 		return readConverted(path, f, fi.Size())
 	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	var t *Tokens
+	if err == nil {
+		t, err = mapFile(path, f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// mapFile maps the open token file f, which checkSize accepted.
+func mapFile(path string, f *os.File) (*Tokens, error) {
+	t := &Tokens{name: path, file: f, fd: int(f.Fd())}
+	var st unix.Stat_t
+	if err := unix.Fstat(t.fd, &st); err != nil {
+		return nil, fmt.Errorf("data: stat %s: %w", path, err)
+	}
+	t.size, t.mtime = st.Size, st.Mtim
+	b, err := unix.Mmap(t.fd, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("data: map %s: %w", path, err)
 	}
-	toks := unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-	return &Tokens{name: path, toks: toks, mapped: b}, nil
+	t.mapped = b
+	t.toks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+	return t, nil
 }
 
 // checkSize rejects what cannot be a token file before it is mapped.
@@ -102,12 +129,20 @@ func (t *Tokens) Name() string { return t.name }
 // Len is the number of tokens.
 func (t *Tokens) Len() int { return len(t.toks) }
 
-// At is the token at offset i, which must be in [0, Len).
-func (t *Tokens) At(i int) uint16 { return t.toks[i] }
-
-// Slice is the tokens in [lo, hi), a view that must not be changed and, for
-// a mapped file, must not be used after Close.
-func (t *Tokens) Slice(lo, hi int) []uint16 { return t.toks[lo:hi:hi] }
+// Copy copies the tokens at [off, off+len(dst)), which must be within
+// [0, Len), into dst. There is no view of a mapped file: reading one
+// outside this package could fault.
+func (t *Tokens) Copy(dst []uint16, off int) (err error) {
+	if off < 0 || off > len(t.toks)-len(dst) {
+		return fmt.Errorf("data: %s: tokens [%d, %d) out of [0, %d)", t.name, off, off+len(dst), len(t.toks))
+	}
+	if err := t.begin(); err != nil {
+		return err
+	}
+	defer t.end(&err, debug.SetPanicOnFault(true))
+	copy(dst, t.toks[off:])
+	return nil
+}
 
 // Close unmaps a mapped file; the Tokens are empty afterwards. Closing twice,
 // or closing memory tokens, does nothing.
@@ -118,7 +153,11 @@ func (t *Tokens) Close() error {
 	}
 	b := t.mapped
 	t.mapped = nil
-	if err := unix.Munmap(b); err != nil {
+	err := unix.Munmap(b)
+	if cerr := t.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("data: unmap %s: %w", t.name, err)
 	}
 	return nil
@@ -128,10 +167,14 @@ func (t *Tokens) Close() error {
 // first token that is not below vocab, the model's vocabulary size: such a
 // file was prepared with another tokenizer. The file is scanned once; later
 // calls cost nothing.
-func (t *Tokens) CheckVocab(vocab int) error {
+func (t *Tokens) CheckVocab(vocab int) (err error) {
 	if vocab <= 0 {
 		return fmt.Errorf("data: %s: vocabulary size %d: must be positive", t.name, vocab)
 	}
+	if err := t.begin(); err != nil {
+		return err
+	}
+	defer t.end(&err, debug.SetPanicOnFault(true))
 	t.maxOnce.Do(func() {
 		for _, id := range t.toks {
 			t.max = max(t.max, id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,16 @@ func le(toks ...uint16) []byte {
 	return b
 }
 
+// readAll is every token of tok.
+func readAll(t *testing.T, tok *Tokens) []uint16 {
+	t.Helper()
+	all := make([]uint16, tok.Len())
+	if err := tok.Copy(all, 0); err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
 func TestOpenMapsFile(t *testing.T) {
 	want := []uint16{0, 1, 256, 50256, 65535, 7}
 	path := writeRaw(t, "train.bin", le(want...))
@@ -41,13 +52,15 @@ func TestOpenMapsFile(t *testing.T) {
 	if tok.Len() != len(want) || tok.Name() != path {
 		t.Fatalf("Len, Name = %d, %q; want %d, %q", tok.Len(), tok.Name(), len(want), path)
 	}
-	for i, w := range want {
-		if got := tok.At(i); got != w {
-			t.Errorf("At(%d) = %d, want %d", i, got, w)
-		}
+	if got := readAll(t, tok); !slices.Equal(got, want) {
+		t.Errorf("Copy of all = %v, want %v", got, want)
 	}
-	if got := tok.Slice(2, 4); len(got) != 2 || got[0] != 256 || got[1] != 50256 {
-		t.Errorf("Slice(2, 4) = %v", got)
+	got := make([]uint16, 2)
+	if err := tok.Copy(got, 2); err != nil || got[0] != 256 || got[1] != 50256 {
+		t.Errorf("Copy at 2 = %v, %v", got, err)
+	}
+	if err := tok.Copy(got, 5); err == nil {
+		t.Error("Copy past the end succeeded")
 	}
 	if err := tok.Close(); err != nil {
 		t.Fatal(err)
@@ -148,9 +161,9 @@ func FuzzOpen(f *testing.F) {
 		if tok.Len() != len(b)/2 {
 			t.Fatalf("Len = %d for %d bytes", tok.Len(), len(b))
 		}
-		for i := range tok.Len() {
-			if tok.At(i) != binary.LittleEndian.Uint16(b[2*i:]) {
-				t.Fatalf("At(%d) = %d, want %d", i, tok.At(i), binary.LittleEndian.Uint16(b[2*i:]))
+		for i, got := range readAll(t, tok) {
+			if got != binary.LittleEndian.Uint16(b[2*i:]) {
+				t.Fatalf("token %d = %d, want %d", i, got, binary.LittleEndian.Uint16(b[2*i:]))
 			}
 		}
 		_ = tok.CheckVocab(ByteVocabSize)

@@ -19,7 +19,7 @@ func TestWriteFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tok.Close()
-	if got := tok.Slice(0, tok.Len()); !slices.Equal(got, want) {
+	if got := readAll(t, tok); !slices.Equal(got, want) {
 		t.Fatalf("read back %v, want %v", got, want)
 	}
 }
