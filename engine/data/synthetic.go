@@ -44,6 +44,27 @@ func Synthetic(seed uint64, ntokens int) []uint16 {
 	return out[:ntokens:ntokens]
 }
 
+// SyntheticStream generates the corpus of [Synthetic] (the same tokens for
+// the same seed and count) a chunk of documents at a time, so that a corpus
+// larger than memory can be written: emit gets each chunk, whose slice it
+// must not keep, and an error from emit stops the stream and is returned.
+func SyntheticStream(seed uint64, ntokens int64, emit func([]uint16) error) error {
+	g := newGenerator(seed)
+	buf := make([]uint16, 0, 1<<16)
+	for ntokens > 0 {
+		buf = buf[:0]
+		for len(buf) < cap(buf)-1024 && int64(len(buf)) < ntokens {
+			buf = g.document(buf)
+		}
+		n := min(int64(len(buf)), ntokens)
+		if err := emit(buf[:n]); err != nil {
+			return err
+		}
+		ntokens -= n
+	}
+	return nil
+}
+
 // The grammar's words. Every noun takes a plain "s" plural.
 var (
 	synNouns = []string{"cat", "dog", "bird", "horse", "king", "queen", "ship", "tree", "river", "stone"}

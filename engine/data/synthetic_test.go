@@ -1,6 +1,7 @@
 package data
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -84,4 +85,30 @@ func ngramEntropies(toks []uint16) (uni, bi float64) {
 		}
 	}
 	return uni, bi
+}
+
+// TestSyntheticStream: the stream is Synthetic's corpus, chunk by chunk.
+func TestSyntheticStream(t *testing.T) {
+	for _, n := range []int{0, 1, 1000, 200_000} {
+		var got []uint16
+		chunks := 0
+		err := SyntheticStream(7, int64(n), func(c []uint16) error {
+			got = append(got, c...)
+			chunks++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := Synthetic(7, n); !slices.Equal(got, want) {
+			t.Errorf("SyntheticStream(7, %d): %d tokens differ from Synthetic's %d", n, len(got), len(want))
+		}
+		if n == 200_000 && chunks < 2 {
+			t.Errorf("SyntheticStream(7, %d) came in %d chunk(s), want several", n, chunks)
+		}
+	}
+	stop := errors.New("stop")
+	if err := SyntheticStream(7, 1<<40, func([]uint16) error { return stop }); err != stop {
+		t.Errorf("SyntheticStream with a failing emit = %v, want its error", err)
+	}
 }
