@@ -13,9 +13,12 @@ import (
 )
 
 // formatRate formats v per second in human SI units: "12.3k tok/s",
-// "45.0 samples/s".
+// "45.0 samples/s"; "NaN tok/s" or "+Inf tok/s" when v is not finite.
 func formatRate(v float64, unit string) string {
 	const prefixes = " kMGTPE"
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Sprintf("%v %s", v, unit)
+	}
 	i := 0
 	// 999.95 rounds to "1000.0": move to the next prefix instead.
 	for math.Abs(v) >= 999.95 && i < len(prefixes)-1 {

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ func TestFormatRate(t *testing.T) {
 		{2.5e6, "tok/s", "2.5M tok/s"},
 		{3e9, "tok/s", "3.0G tok/s"},
 		{-1500, "tok/s", "-1.5k tok/s"},
+		{math.Inf(1), "tok/s", "+Inf tok/s"},
+		{math.NaN(), "tok/s", "NaN tok/s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -3,8 +3,10 @@ package status
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,10 +158,43 @@ func (m *Model) rank(ev proto.Event) *RankState {
 // record is a rank's status record. Every field is optional.
 type record struct {
 	Step        *json.Number `json:"step"`
-	Loss        *float64     `json:"loss"`
-	TokensPerS  *float64     `json:"tokens_per_s"`
-	SamplesPerS *float64     `json:"samples_per_s"`
-	LR          *float64     `json:"lr"`
+	Loss        *number      `json:"loss"`
+	TokensPerS  *number      `json:"tokens_per_s"`
+	SamplesPerS *number      `json:"samples_per_s"`
+	LR          *number      `json:"lr"`
+}
+
+// number is a JSON number, or a value JSON cannot write as one: the
+// strings "NaN", "Infinity" and "-Infinity" (protobuf's JSON mapping, and
+// what the built-in engine writes), also spelt "Inf", "+Inf" or "-Inf" in
+// any case. A loss that became NaN must show as NaN, not stop the table.
+type number float64
+
+func (n *number) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		return json.Unmarshal(b, (*float64)(n))
+	}
+	switch strings.ToLower(s) {
+	case "nan":
+		*n = number(math.NaN())
+	case "infinity", "+infinity", "inf", "+inf":
+		*n = number(math.Inf(1))
+	case "-infinity", "-inf":
+		*n = number(math.Inf(-1))
+	default:
+		return fmt.Errorf("status: %q is not a number", s)
+	}
+	return nil
+}
+
+// float is n as a *float64 (nil stays nil).
+func (n *number) float() *float64 {
+	if n == nil {
+		return nil
+	}
+	v := float64(*n)
+	return &v
 }
 
 // applyStatus merges a status record into r. Fields absent from the record
@@ -186,16 +221,16 @@ func applyStatus(r *RankState, raw json.RawMessage) {
 		r.Step = step
 	}
 	if rec.Loss != nil {
-		r.Loss = rec.Loss
+		r.Loss = rec.Loss.float()
 	}
 	if rec.LR != nil {
-		r.LR = rec.LR
+		r.LR = rec.LR.float()
 	}
 	switch {
 	case rec.TokensPerS != nil:
-		r.Throughput = formatRate(*rec.TokensPerS, "tok/s")
+		r.Throughput = formatRate(float64(*rec.TokensPerS), "tok/s")
 	case rec.SamplesPerS != nil:
-		r.Throughput = formatRate(*rec.SamplesPerS, "samples/s")
+		r.Throughput = formatRate(float64(*rec.SamplesPerS), "samples/s")
 	}
 }
 

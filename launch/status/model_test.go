@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -73,6 +74,10 @@ func TestModelApply(t *testing.T) {
 			with(func(r *RankState) {
 				r.Step, r.Loss, r.LR, r.Throughput = ptr[int64](120), ptr(2.5), ptr(0.001), "12.3k tok/s"
 			})},
+		{"status not finite", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":7,"loss":"Infinity","lr":"-inf","tokens_per_s":"Infinity","non_finite":true}`)},
+			with(func(r *RankState) {
+				r.Step, r.Loss, r.LR, r.Throughput = ptr[int64](7), ptr(math.Inf(1)), ptr(math.Inf(-1)), "+Inf tok/s"
+			})},
 		{"status samples", []proto.Event{started(0, 42, 0), statusEv(0, `{"samples_per_s":45}`)},
 			with(func(r *RankState) { r.Throughput = "45.0 samples/s" })},
 		{"status merges", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":1,"loss":3}`), statusEv(0, `{"step":2.0}`)},
@@ -115,6 +120,22 @@ func TestModelApply(t *testing.T) {
 				t.Errorf("rank 1 changed: %+v", got[1])
 			}
 		})
+	}
+}
+
+// TestStatusNaN: a loss that became NaN, written as the string "NaN"
+// (JSON has no NaN), shows as NaN in the table rather than being dropped
+// with the whole record.
+func TestStatusNaN(t *testing.T) {
+	m := NewModel([]RankInfo{{Rank: 0, Host: "w0"}})
+	m.Apply(started(0, 42, 0))
+	m.Apply(statusEv(0, `{"step":9,"loss":"NaN","grad_norm":"NaN","tokens_per_s":1000,"non_finite":true}`))
+	r := m.Ranks()[0]
+	if r.Step == nil || *r.Step != 9 || r.Loss == nil || !math.IsNaN(*r.Loss) {
+		t.Fatalf("after a NaN record: step %v, loss %v; want step 9, loss NaN", r.Step, r.Loss)
+	}
+	if cells := rowCells(r, time.Time{}); cells[6] != "NaN" {
+		t.Errorf("loss cell %q, want NaN (row %q)", cells[6], cells)
 	}
 }
 
