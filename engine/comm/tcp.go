@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -15,6 +17,7 @@ import (
 const (
 	DefaultTCPBufSize     = 4 << 20          // SO_SNDBUF and SO_RCVBUF
 	DefaultTCPDialTimeout = 20 * time.Second // per connection, dial and handshake
+	DefaultTCPHandshakes  = 64               // incoming connections authenticating at once
 	MaxTCPConnsPerPeer    = 16               // most connections per peer
 	MaxGroupName          = 1024             // longest group name of ConnectGroup
 	tcpStripeMin          = 256 << 10        // messages this long or longer are striped
@@ -28,7 +31,11 @@ type TCPConfig struct {
 	Store      Store
 	Secret     []byte // the job's secret, at least 16 bytes
 	Prefix     string // store key namespace for this job and attempt
-	Bind       string // listen address; default ":0"
+	// Bind is the listen address. The default is the Advertise address
+	// with a free port when that is an address of this host (loopback when
+	// every peer is on this host), else ":0": a listener reachable only
+	// where the peers dial.
+	Bind string
 	// Advertise is the host peers dial, published with the port; default
 	// the first non-loopback IPv4 address of this host, else 127.0.0.1.
 	Advertise string
@@ -39,8 +46,17 @@ type TCPConfig struct {
 	// the kernel's autotuning alone.
 	BufSize int
 	// DialTimeout bounds dialing and authenticating one connection, on
-	// either side (default 20 s).
+	// either side (default 20 s): an incoming connection that has not
+	// authenticated by then is dropped.
 	DialTimeout time.Duration
+	// MaxHandshakes caps the incoming connections authenticating at once
+	// (default 64), so that idle unauthenticated connections cannot use up
+	// the rank's descriptors and memory; over it, a new connection is
+	// reset at once and its dialer, if a rank, retries.
+	MaxHandshakes int
+	// Log receives refused and failed incoming connections, at most one
+	// line a second (default: standard error, which the agent forwards).
+	Log func(string)
 }
 
 func (c TCPConfig) withDefaults() (TCPConfig, error) {
@@ -62,13 +78,39 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultTCPDialTimeout
 	}
-	if c.Bind == "" {
-		c.Bind = ":0"
+	if c.MaxHandshakes <= 0 {
+		c.MaxHandshakes = DefaultTCPHandshakes
 	}
 	if c.Advertise == "" {
 		c.Advertise = tcpDefaultAdvertise()
 	}
+	if c.Bind == "" {
+		c.Bind = tcpDefaultBind(c.Advertise)
+	}
+	if c.Log == nil {
+		c.Log = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	}
 	return c, nil
+}
+
+// tcpDefaultBind listens on the advertised address when it is one of this
+// host's (peers dial nothing else), else on every interface: the address
+// may be a name, or one that a NAT maps to this host.
+func tcpDefaultBind(advertise string) string {
+	ip := net.ParseIP(advertise)
+	if ip == nil {
+		return ":0"
+	}
+	if ip.IsLoopback() {
+		return net.JoinHostPort(ip.String(), "0")
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return net.JoinHostPort(ip.String(), "0")
+		}
+	}
+	return ":0"
 }
 
 func tcpDefaultAdvertise() string {
@@ -95,6 +137,8 @@ type tcpTransport struct {
 	links       map[linkID]*tcpLink
 	handshaking map[*net.TCPConn]bool
 	lastReject  error // why the last incoming connection was dropped
+	log         tcpLog
+	refused     atomic.Int64 // connections reset for want of a handshake slot
 }
 
 // linkID names a link: the peer and the group ("" for Connect's).
@@ -125,7 +169,8 @@ func NewTCP(ctx context.Context, cfg TCPConfig) (Transport, error) {
 		return nil, fmt.Errorf("comm: tcp listen %s: %w", cfg.Bind, err)
 	}
 	t := &tcpTransport{cfg: cfg, ln: ln.(*net.TCPListener), done: make(chan struct{}),
-		links: map[linkID]*tcpLink{}, handshaking: map[*net.TCPConn]bool{}}
+		links: map[linkID]*tcpLink{}, handshaking: map[*net.TCPConn]bool{},
+		log: tcpLog{out: cfg.Log, prefix: fmt.Sprintf("comm: tcp rank %d (%s): ", cfg.Rank, ln.Addr())}}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	addr := net.JoinHostPort(cfg.Advertise, port)
 	if err := cfg.Store.Set(ctx, tcpAddrKey(cfg.Prefix, cfg.Rank), []byte(addr)); err != nil {
@@ -226,7 +271,8 @@ func (t *tcpTransport) dialAll(ctx context.Context, id linkID) ([]*net.TCPConn, 
 
 // dial connects to addr and authenticates, retrying refused connections
 // (the peer's listener is up before its address is published, so a refusal
-// is transient at most) within DialTimeout.
+// is transient at most) and connections reset before the challenge (the
+// peer had too many connections authenticating) within DialTimeout.
 func (t *tcpTransport) dial(ctx context.Context, addr string, h *tcpHello) (*net.TCPConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
 	defer cancel()
@@ -235,14 +281,13 @@ func (t *tcpTransport) dial(ctx context.Context, addr string, h *tcpHello) (*net
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			tc := nc.(*net.TCPConn)
-			if err := t.clientHandshake(ctx, tc, h); err != nil {
-				tc.Close()
-				return nil, err
+			if err = t.clientHandshake(ctx, tc, h); err == nil {
+				t.tune(tc)
+				return tc, nil
 			}
-			t.tune(tc)
-			return tc, nil
+			tc.Close()
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, errTCPBusy) && !tcpReset(err) {
 			return nil, err
 		}
 		select {
@@ -296,6 +341,11 @@ func (t *tcpTransport) acceptLoop() {
 			nc.Close()
 			return
 		}
+		if len(t.handshaking) >= t.cfg.MaxHandshakes {
+			t.mu.Unlock()
+			t.refuse(nc)
+			continue
+		}
 		t.handshaking[nc] = true
 		t.wg.Add(1)
 		t.mu.Unlock()
@@ -304,10 +354,19 @@ func (t *tcpTransport) acceptLoop() {
 }
 
 // serve authenticates one incoming connection and hands it to its peer
-// slot; a connection that fails is dropped and remembered for diagnostics.
+// slot; a connection that fails is dropped, logged and remembered for
+// diagnostics.
 func (t *tcpTransport) serve(nc *net.TCPConn) {
 	defer t.wg.Done()
 	h, err := t.serverHandshake(nc)
+	if err = t.admit(nc, h, err); err != nil {
+		t.log.printf("dropped a connection from %s: %v", nc.RemoteAddr(), err)
+	}
+}
+
+// admit ends nc's handshake: it delivers an authenticated stream, or
+// drops nc and returns why (nil too when the transport is closing).
+func (t *tcpTransport) admit(nc *net.TCPConn, h *tcpHello, err error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.handshaking, nc)
@@ -317,10 +376,25 @@ func (t *tcpTransport) serve(nc *net.TCPConn) {
 	if err == nil {
 		err = t.deliver(h, nc)
 	}
-	if err != nil {
-		t.lastReject = fmt.Errorf("from %s: %w", nc.RemoteAddr(), err)
-		nc.Close()
+	if err == nil {
+		return nil
 	}
+	t.lastReject = fmt.Errorf("from %s: %w", nc.RemoteAddr(), err)
+	nc.Close()
+	if t.closed {
+		return nil
+	}
+	return err
+}
+
+// refuse resets a connection at once, without reading it: the reset (not
+// an orderly close, which means a refused hello) tells a dialing rank to
+// retry.
+func (t *tcpTransport) refuse(nc *net.TCPConn) {
+	t.log.printf("refused a connection from %s: %d connections are authenticating already", nc.RemoteAddr(), t.cfg.MaxHandshakes)
+	nc.SetLinger(0)
+	nc.Close()
+	t.refused.Add(1)
 }
 
 // deliver stores an authenticated stream; t.mu is held.
@@ -367,4 +441,31 @@ func (t *tcpTransport) Close() error {
 	}
 	t.wg.Wait()
 	return err
+}
+
+// tcpLog writes at most one line a second, counting the lines it held
+// back, so that a flood of bad connections cannot flood the rank's log.
+type tcpLog struct {
+	out    func(string)
+	prefix string
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (l *tcpLog) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
+		l.dropped++
+		return
+	}
+	line := l.prefix + fmt.Sprintf(format, args...)
+	if l.dropped > 0 {
+		line += fmt.Sprintf(" (and %d more like it)", l.dropped)
+	}
+	l.last, l.dropped = now, 0
+	l.out(line)
 }

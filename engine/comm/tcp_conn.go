@@ -33,7 +33,9 @@ import (
 // rank ids, the group, the stream and the job prefix, so a proof can be
 // neither replayed, reflected, nor used to redirect a connection to another
 // rank, group, stream or job. The dialer checks the acceptor's proof before giving its
-// own. After the welcome, each message is a u64 little-endian length and
+// own. An acceptor with too many connections authenticating resets a new
+// one at once (no hello read), which the dialer retries; an acceptor that
+// does not expect the hello closes the connection in order, which fails it. After the welcome, each message is a u64 little-endian length and
 // the bytes; a message of tcpStripeMin bytes or more is split into
 // ConnsPerPeer equal parts, part i on stream i, the length on stream 0.
 const (
@@ -144,10 +146,16 @@ func (t *tcpTransport) clientHandshake(ctx context.Context, nc *net.TCPConn, h *
 	defer stop()
 	h.nonce = tcpNonce()
 	if _, err := nc.Write(h.marshal()); err != nil {
+		if tcpReset(err) {
+			return fmt.Errorf("send hello: %w", errTCPBusy)
+		}
 		return fmt.Errorf("send hello: %w", err)
 	}
 	ch := make([]byte, tcpNonceLen+tcpMACLen)
-	if _, err := io.ReadFull(nc, ch); err != nil {
+	if n, err := io.ReadFull(nc, ch); err != nil {
+		if n == 0 && tcpReset(err) {
+			return fmt.Errorf("read challenge: %w", errTCPBusy)
+		}
 		return tcpHandshakeErr(ctx, "challenge", err)
 	}
 	na, mac := ch[:tcpNonceLen], ch[tcpNonceLen:]
@@ -165,6 +173,15 @@ func (t *tcpTransport) clientHandshake(ctx context.Context, nc *net.TCPConn, h *
 		return fmt.Errorf("rank %d refused our proof: %w", h.to, ErrAuth)
 	}
 	return nc.SetDeadline(time.Time{})
+}
+
+// errTCPBusy is an acceptor's reset before its challenge: it had too many
+// connections authenticating (see tcpTransport.refuse). Dialers retry it.
+var errTCPBusy = errors.New("reset before the challenge: the peer has too many connections authenticating")
+
+// tcpReset reports whether err is the peer resetting the connection.
+func tcpReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func tcpHandshakeErr(ctx context.Context, what string, err error) error {
