@@ -14,6 +14,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	sshagent "golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/gtrain/gtrain/internal/atomicfile"
 )
 
 // sshTarget is where and as whom to connect, after the hostfile, the flags
@@ -298,7 +300,9 @@ func (s *SSH) rememberKey(file, hostname string, key ssh.PublicKey) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	// Not os.OpenFile: a known_hosts that is a device or FIFO is refused
+	// rather than written into or blocked on.
+	f, err := atomicfile.OpenAppend(file, 0o600)
 	if err != nil {
 		return fmt.Errorf("ssh: remember host key: %w", err)
 	}
