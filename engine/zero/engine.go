@@ -117,15 +117,8 @@ func New(cfg Config, mcfg model.Config, c *comm.Communicator, flat []float32) (*
 	ctx := context.Background()
 	e := &Engine{cfg: cfg, mcfg: mcfg, units: mcfg.Units(), params: mcfg.Params(), comm: c, ctx: ctx,
 		live: map[int]*liveUnit{}, open: map[int][]float32{}, send: map[int]comm.Buffer{}, micros: 1}
-	segs := Buckets(e.units, cfg.FirstBucket, cfg.Bucket)
-	if cfg.Stage == 3 {
-		segs = PerUnit(e.units)
-	}
-	owners := ranks
-	if cfg.Stage == 0 {
-		owners, rank = 1, 0 // every rank owns everything
-	}
-	e.part = NewPartition(segs, owners, rank)
+	e.part = partition(cfg, e.units, ranks, rank)
+	segs := e.part.Segments
 	e.segOf = make([]int, len(e.units))
 	for i, s := range segs {
 		for u := s.First; u <= s.Last; u++ {
@@ -139,6 +132,20 @@ func New(cfg Config, mcfg model.Config, c *comm.Communicator, flat []float32) (*
 	e.allocate(len(flat))
 	e.setParams(flat)
 	return e, nil
+}
+
+// partition is what rank of ranks owns: buckets of units (stages 0–2) or
+// single units (stage 3), split over the ranks, except at stage 0 where
+// every rank owns everything.
+func partition(cfg Config, units []model.Unit, ranks, rank int) Partition {
+	segs := Buckets(units, cfg.FirstBucket, cfg.Bucket)
+	if cfg.Stage == 3 {
+		segs = PerUnit(units)
+	}
+	if cfg.Stage == 0 {
+		ranks, rank = 1, 0
+	}
+	return NewPartition(segs, ranks, rank)
 }
 
 // allocate makes the persistent buffers of the configured stage.

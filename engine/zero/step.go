@@ -28,15 +28,25 @@ func (e *Engine) RestoreScaler(s ScalerState) {
 
 // StepResult is what an optimizer step did.
 type StepResult struct {
-	Norm    float64 // global gradient norm, unscaled, before clipping
-	Skipped bool    // gradients overflowed (fp16): nothing was updated
+	// Norm is the global gradient norm, unscaled, before clipping: NaN
+	// when a gradient was NaN, +Inf when one was infinite.
+	Norm float64
+	// NonFinite says that a gradient (or the loss, see Overflow) was NaN
+	// or infinite: nothing was updated and the gradients were dropped.
+	NonFinite bool
+	// Skipped says that fp16 loss scaling absorbed a NonFinite step as an
+	// overflow: the scale was halved and training may go on. A NonFinite
+	// step that is not Skipped cannot be cured by the scaler (fp32, bf16,
+	// a static scale, or the scale already at its minimum).
+	Skipped bool
 }
 
 // Step finishes the step's reductions and applies AdamW at lr to the owned
-// parameters: global norm over every rank's part, fp16 overflow check,
-// loss-scale removal and clipping folded into the update; then it shares
-// the updated parameters (all-gather, stages 1–2) and clears the
-// gradients.
+// parameters: global norm over every rank's part, non-finite check (fp16
+// overflow), loss-scale removal and clipping folded into the update; then
+// it shares the updated parameters (all-gather, stages 1–2) and clears the
+// gradients. A step whose gradients are not finite updates nothing, in
+// any precision: one NaN would otherwise spread to every parameter.
 func (e *Engine) Step(lr float64) (StepResult, error) {
 	e.drain()
 	if e.err != nil {
@@ -44,27 +54,22 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	}
 	gradOf, scratch := e.ownedGrads()
 	defer e.pool.putF32(scratch)
-	var sum float64
-	var bad int
+	var sq squares
 	for _, pc := range e.pieces { // in flat order, as a single rank sums
-		sum, bad = sumSquares(gradOf(pc), sum, bad)
+		sq.add(gradOf(pc))
 	}
 	if e.part.Ranks > 1 {
-		hi := float32(sum)
-		v := []float32{hi, float32(sum - float64(hi)), float32(bad)}
+		hi := float32(sq.sum)
+		v := []float32{hi, float32(sq.sum - float64(hi)), float32(sq.nan), float32(sq.inf)}
 		if err := e.comm.AllReduce(e.ctx, comm.F32(v), comm.Sum); err != nil {
 			return StepResult{}, err
 		}
-		sum, bad = float64(v[0])+float64(v[1]), int(v[2])
+		sq = squares{sum: float64(v[0]) + float64(v[1]), nan: int(v[2]), inf: int(v[3])}
 	}
 	scale := e.scaler.Scale
-	res := StepResult{Norm: math.Sqrt(sum) / scale}
-	overflow := bad > 0 || math.IsInf(sum, 0) || math.IsNaN(sum)
-	if overflow && e.scaler.dynamic {
-		res.Skipped = true
-		e.scaler.update(true)
-		e.clearGrads()
-		return res, nil
+	res := StepResult{Norm: sq.norm() / scale}
+	if math.IsNaN(res.Norm) || math.IsInf(res.Norm, 0) {
+		return e.overflow(res), nil
 	}
 	e.scaler.update(false)
 	factor := 1 / scale
@@ -78,6 +83,31 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	e.opt.UpdateParts(parts, lr, float32(factor))
 	e.clearGrads()
 	return res, e.publish()
+}
+
+// Overflow ends a step whose loss was not finite as Step ends one whose
+// gradients were not: nothing is updated, the gradients are dropped, and
+// fp16 loss scaling counts it as an overflow. Every rank must call it
+// for the same step (the loss is their mean, so they agree).
+func (e *Engine) Overflow() (StepResult, error) {
+	e.drain()
+	if e.err != nil {
+		return StepResult{}, e.err
+	}
+	return e.overflow(StepResult{Norm: math.NaN()}), nil
+}
+
+// overflow drops the step's gradients. Dynamic fp16 loss scaling absorbs
+// it by halving the scale, unless the scale is already at its minimum, where
+// halving cannot help any more.
+func (e *Engine) overflow(res StepResult) StepResult {
+	res.NonFinite = true
+	if e.scaler.dynamic && e.scaler.Scale > e.scaler.cfg.MinScale {
+		res.Skipped = true
+		e.scaler.update(true)
+	}
+	e.clearGrads()
+	return res
 }
 
 // ownedGrads gives the fp32 gradients of each owned piece: views of the
@@ -105,18 +135,37 @@ func (e *Engine) ownedGrads() (gradOf func(piece) []float32, scratch []float32) 
 	return func(pc piece) []float32 { return scratch[pc.at : pc.at+pc.n] }, scratch
 }
 
-// sumSquares adds Σg² (in float64, in order) to sum and the count of
-// non-finite values to bad.
-func sumSquares(g []float32, sum float64, bad int) (float64, int) {
+// squares accumulates Σg² in float64, in order, over the finite values,
+// and counts the NaN and infinite ones.
+type squares struct {
+	sum      float64
+	nan, inf int
+}
+
+func (s *squares) add(g []float32) {
 	for _, v := range g {
 		f := float64(v)
-		if math.IsInf(f, 0) || math.IsNaN(f) {
-			bad++
-			continue
+		switch {
+		case f != f:
+			s.nan++
+		case math.IsInf(f, 0):
+			s.inf++
+		default:
+			s.sum += f * f
 		}
-		sum += f * f
 	}
-	return sum, bad
+}
+
+// norm is the L2 norm: NaN if any value was NaN, +Inf if any was infinite
+// (or the sum overflowed).
+func (s squares) norm() float64 {
+	switch {
+	case s.nan > 0:
+		return math.NaN()
+	case s.inf > 0:
+		return math.Inf(1)
+	}
+	return math.Sqrt(s.sum)
 }
 
 func (e *Engine) clearGrads() {
