@@ -52,17 +52,30 @@ func PresetNames() []string {
 	return names
 }
 
+// Upper bounds of a model's shape. They are far above any published
+// model (GPT-3 175B: 96 layers, 96 heads, 12288 hidden; Megatron's 1T: 128
+// layers, 25600 hidden; the longest contexts about a million tokens) and
+// keep every size computed from a shape (parameter counts, activation
+// elements) well inside an int64, so that a typo such as layers=100000 is
+// an error naming the key instead of an allocation without end.
+const (
+	MaxLayers = 1024
+	MaxHeads  = 1024
+	MaxEmbd   = 1 << 16
+	MaxSeq    = 1 << 20
+)
+
 // Validate reports the first field that makes c unusable.
 func (c Config) Validate() error {
 	switch {
-	case c.Layers < 1:
-		return fmt.Errorf("model: layers %d: must be at least 1", c.Layers)
-	case c.Heads < 1:
-		return fmt.Errorf("model: heads %d: must be at least 1", c.Heads)
-	case c.Embd < 1 || c.Embd%c.Heads != 0:
-		return fmt.Errorf("model: embd %d: must be a positive multiple of heads (%d)", c.Embd, c.Heads)
-	case c.Seq < 1:
-		return fmt.Errorf("model: seq %d: must be at least 1", c.Seq)
+	case c.Layers < 1 || c.Layers > MaxLayers:
+		return fmt.Errorf("model: layers %d: must be 1 to %d", c.Layers, MaxLayers)
+	case c.Heads < 1 || c.Heads > MaxHeads:
+		return fmt.Errorf("model: heads %d: must be 1 to %d", c.Heads, MaxHeads)
+	case c.Embd < 1 || c.Embd > MaxEmbd || c.Embd%c.Heads != 0:
+		return fmt.Errorf("model: embd %d: must be a positive multiple of heads (%d), at most %d", c.Embd, c.Heads, MaxEmbd)
+	case c.Seq < 1 || c.Seq > MaxSeq:
+		return fmt.Errorf("model: seq %d: must be 1 to %d", c.Seq, MaxSeq)
 	case c.Vocab < 2 || c.Vocab > 1<<16:
 		return fmt.Errorf("model: vocab %d: must be 2-65536 (tokens are stored as uint16)", c.Vocab)
 	}

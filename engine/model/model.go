@@ -98,10 +98,19 @@ func (m *Model) Init(seed uint64) { InitParams(m.Config, seed, m.Params) }
 // with std 0.02, the projections into the residual stream (attn.c_proj,
 // mlp.c_proj) with std 0.02/sqrt(2·layers), biases zero, LayerNorm gains
 // one.
-func InitParams(c Config, seed uint64, flat []float32) {
+func InitParams(c Config, seed uint64, flat []float32) { InitParamsUntil(c, seed, flat, nil) }
+
+// InitParamsUntil is InitParams that asks stop (when not nil) before each
+// tensor and gives up, returning false, when it says so: initialising a
+// large model takes seconds to minutes, and a rank asked to stop must not
+// go on for that long.
+func InitParamsUntil(c Config, seed uint64, flat []float32, stop func() bool) bool {
 	rng := rand.New(rand.NewPCG(seed, 0x67747261696e)) // "gtrain"
 	projStd := 0.02 / math.Sqrt(2*float64(c.Layers))
 	for _, p := range c.Params() {
+		if stop != nil && stop() {
+			return false
+		}
 		dst := flat[p.Offset : p.Offset+p.Size()]
 		switch {
 		case len(p.Shape) == 1 && strings.HasSuffix(p.Name, ".weight"): // LayerNorm gain
@@ -118,6 +127,7 @@ func InitParams(c Config, seed uint64, flat []float32) {
 			}
 		}
 	}
+	return true
 }
 
 // ZeroGrad clears a dense model's gradients before a step's first
