@@ -51,16 +51,27 @@ func (o *RunOptions) autoLayout(spec train.Spec) (train.Spec, error) {
 		return spec, err
 	}
 	b := choice.Candidate
-	fmt.Fprintf(o.IO.Err, "gtrain: --auto: dp=%d zero=%d micro_batch=%d grad_accum=%d recompute=%s (predicted %s of %s per rank, %s per step)\n",
-		b.DP, b.ZeroStage, b.MicroBatch, b.GradAccum, b.Recompute, planner.GiB(b.Memory.Total), planner.GiB(choice.usable), seconds(b.StepTime))
+	fmt.Fprintf(o.IO.Err, "gtrain: --auto: dp=%d zero=%d micro_batch=%d grad_accum=%d recompute=%s, the job's global batch of %d sequences (predicted %s of %s per rank, %s per step)\n",
+		b.DP, b.ZeroStage, b.MicroBatch, b.GradAccum, b.Recompute, choice.global, planner.GiB(b.Memory.Total), planner.GiB(choice.usable), seconds(b.StepTime))
 	return spec, nil
 }
 
-// autoChoice is the layout --auto picked and the memory it had per rank.
+// autoChoice is the layout --auto picked, the memory it had per rank and
+// the global batch it kept.
 type autoChoice struct {
 	planner.Candidate
 	usable float64
+	global int
 }
+
+// engineActivations is how engine/model keeps activations: float32, no
+// dropout. With it the planner charges each recomputation mode exactly the
+// buffers the engine allocates (engine/model's TestActivationsMatchPlanner).
+var engineActivations = planner.ActStorage{ElemBytes: 4, NoDropout: true}
+
+// maxGlobalBatch is the most sequences per step --auto plans for (the
+// planner's bound); it keeps the product of the job's counts in an int.
+const maxGlobalBatch = 1 << 30
 
 // autoSpec searches the engine's layouts of spec on top and returns spec
 // with the fastest: dp = the ranks, the ZeRO stage, micro-batch and
@@ -72,14 +83,13 @@ func autoSpec(spec train.Spec, top planner.Topology) (train.Spec, autoChoice, er
 	}
 	m := planner.Model{Name: spec.Model.Preset, Arch: planner.ArchGPT, Layers: c.Layers, Hidden: c.Embd, Heads: c.Heads,
 		Vocab: c.Vocab, Seq: spec.SeqLen(c)}.Normalized()
-	global := spec.Batch.MicroBatch * spec.Batch.GradAccum * max(1, spec.Parallel.DP)
 	world := top.GPUs()
-	if global%world != 0 {
-		return spec, autoChoice{}, &launch.UsageError{Err: fmt.Errorf(
-			"run --auto: the job's global batch %d (batch.micro_batch × batch.grad_accum × parallel.dp) is not divisible by the %d ranks: make it a multiple of %d",
-			global, world, world)}
+	global, err := jobGlobalBatch(spec.Batch, spec.Parallel.DP, world)
+	if err != nil {
+		return spec, autoChoice{}, &launch.UsageError{Err: err}
 	}
 	opts := planner.DefaultOptions()
+	opts.Activations = engineActivations
 	pr := planner.Problem{Model: m, Topology: top, GlobalBatch: global, Precision: jobPrecision(spec), Options: opts}
 	res, err := planner.Search(pr, planner.Space{TP: []int{1}, PP: []int{1}, DP: []int{world}, Zero: engineZeroStages})
 	if err != nil {
@@ -87,13 +97,35 @@ func autoSpec(spec train.Spec, top planner.Topology) (train.Spec, autoChoice, er
 	}
 	best, ok := res.Best()
 	if !ok {
-		return spec, autoChoice{}, fmt.Errorf("run --auto: no layout of the job fits in %s per rank (%d rank(s)); the closest: %s; use more hosts or a smaller model or batch.seq",
-			planner.GiB(pr.Usable()), world, res.Candidates[0].RejectReason)
+		return spec, autoChoice{}, &launch.UsageError{Err: fmt.Errorf(
+			"run --auto: no layout of the job fits in %s per rank (%d rank(s)); the closest: %s; use more hosts or a smaller model or batch.seq",
+			planner.GiB(pr.Usable()), world, res.Candidates[0].RejectReason)}
 	}
 	spec.Parallel = train.Parallel{DP: best.DP, TP: 1, PP: 1, ZeroStage: best.ZeroStage}
 	spec.Batch.MicroBatch, spec.Batch.GradAccum = best.MicroBatch, best.GradAccum
 	spec.Recompute = string(best.Recompute)
-	return spec, autoChoice{best, pr.Usable()}, nil
+	return spec, autoChoice{best, pr.Usable(), global}, nil
+}
+
+// jobGlobalBatch is the global batch the job trains with on world ranks
+// without --auto: micro_batch × grad_accum × parallel.dp, dp 0 meaning
+// every rank (as the engine reads it). --auto keeps it, so it must divide
+// over the ranks: it always does with dp 0 or dp = the ranks.
+func jobGlobalBatch(b train.BatchSpec, dp, world int) (int, error) {
+	if dp == 0 {
+		dp = world
+	}
+	if b.MicroBatch < 1 || b.GradAccum < 1 || dp < 1 || b.MicroBatch > maxGlobalBatch || b.GradAccum > maxGlobalBatch ||
+		dp > maxGlobalBatch || b.MicroBatch*b.GradAccum > maxGlobalBatch/dp {
+		return 0, fmt.Errorf("run --auto: the job's global batch batch.micro_batch %d × batch.grad_accum %d × parallel.dp %d: want 1 to %d sequences",
+			b.MicroBatch, b.GradAccum, dp, maxGlobalBatch)
+	}
+	global := b.MicroBatch * b.GradAccum * dp
+	if global%world != 0 {
+		return 0, fmt.Errorf("run --auto: the job's global batch of %d sequences (batch.micro_batch %d × batch.grad_accum %d × parallel.dp %d) does not divide over the %d ranks: set parallel.dp to 0 (every rank) or make it a multiple of %d",
+			global, b.MicroBatch, b.GradAccum, dp, world, world)
+	}
+	return global, nil
 }
 
 // jobPrecision reads the job's precision (a key the engine gains with

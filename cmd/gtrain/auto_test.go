@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -47,8 +49,9 @@ func TestAutoSpec(t *testing.T) {
 			if c.job != nil {
 				c.job(&spec)
 			}
-			global := spec.Batch.MicroBatch * spec.Batch.GradAccum
-			got, choice, err := autoSpec(spec, cpuTopology(localNodes(c.slots...), c.mem, 8))
+			top := cpuTopology(localNodes(c.slots...), c.mem, 8)
+			global := plainGlobalBatch(spec, top.GPUs())
+			got, choice, err := autoSpec(spec, top)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,14 +69,77 @@ func TestAutoSpec(t *testing.T) {
 	}
 }
 
-func TestAutoSpecErrors(t *testing.T) {
-	spec := train.DefaultSpec() // global batch 16
-	if _, _, err := autoSpec(spec, cpuTopology(localNodes(3), 16<<30, 8)); err == nil ||
-		!strings.Contains(err.Error(), "global batch 16 (batch.micro_batch × batch.grad_accum × parallel.dp) is not divisible by the 3 ranks") {
-		t.Errorf("3 ranks: %v", err)
+// plainGlobalBatch is the global batch a run without --auto trains spec
+// with on world ranks: the engine makes parallel.dp 0 every rank, and
+// refuses a dp other than the ranks (returning 0 here).
+func plainGlobalBatch(spec train.Spec, world int) int {
+	switch spec.Parallel.DP {
+	case 0, world:
+		return spec.Batch.MicroBatch * spec.Batch.GradAccum * world
 	}
+	return 0
+}
+
+// TestAutoKeepsGlobalBatch: for every rank count a plain run accepts, on
+// one host or several, --auto lays the job out with the plain run's global
+// batch, whatever split of micro-batch and accumulation it picks.
+func TestAutoKeepsGlobalBatch(t *testing.T) {
+	hosts := [][]int{{1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {2, 2}, {3, 3}, {2, 1}, {4, 3, 1}}
+	batches := []struct{ micro, accum, dp int }{{16, 1, 0}, {3, 2, 0}, {1, 1, 0}, {7, 3, 0}, {5, 4, -1}} // -1: dp = the ranks
+	n := 0
+	for _, h := range hosts {
+		top := cpuTopology(localNodes(h...), 16<<30, 8)
+		for _, b := range batches {
+			spec := train.DefaultSpec()
+			spec.Batch.MicroBatch, spec.Batch.GradAccum, spec.Parallel.DP = b.micro, b.accum, b.dp
+			if b.dp < 0 {
+				spec.Parallel.DP = top.GPUs()
+			}
+			plain := plainGlobalBatch(spec, top.GPUs())
+			if plain == 0 {
+				t.Fatalf("hosts %v, batch %+v: not a job a plain run accepts", h, b)
+			}
+			got, choice, err := autoSpec(spec, top)
+			if err != nil {
+				t.Errorf("hosts %v (%d ranks), batch %+v: %v", h, top.GPUs(), b, err)
+				continue
+			}
+			n++
+			gb := got.Batch
+			if auto := gb.MicroBatch * gb.GradAccum * got.Parallel.DP; auto != plain || choice.global != plain || got.Parallel.DP != top.GPUs() {
+				t.Errorf("hosts %v (%d ranks), batch %+v: --auto micro_batch %d × grad_accum %d × dp %d = %d (reported %d), the plain run %d",
+					h, top.GPUs(), b, gb.MicroBatch, gb.GradAccum, got.Parallel.DP, auto, choice.global, plain)
+			}
+		}
+	}
+	if n != len(hosts)*len(batches) {
+		t.Errorf("%d of %d layouts checked", n, len(hosts)*len(batches))
+	}
+}
+
+func TestAutoSpecErrors(t *testing.T) {
+	spec := train.DefaultSpec() // micro_batch 16, grad_accum 1
+	// A dp other than the ranks (which a plain run refuses) is kept as the
+	// job's global batch, or refused when the ranks cannot share it.
+	spec.Parallel.DP = 2
+	got, _, err := autoSpec(spec, cpuTopology(localNodes(4), 16<<30, 8))
+	if err != nil || got.Batch.MicroBatch*got.Batch.GradAccum*got.Parallel.DP != 32 {
+		t.Errorf("dp 2 on 4 ranks: %+v, %v; want the global batch 32", got.Batch, err)
+	}
+	_, _, err = autoSpec(spec, cpuTopology(localNodes(3), 16<<30, 8))
+	var usage *launch.UsageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(),
+		"the job's global batch of 32 sequences (batch.micro_batch 16 × batch.grad_accum 1 × parallel.dp 2) does not divide over the 3 ranks") {
+		t.Errorf("dp 2 on 3 ranks: %v", err)
+	}
+	spec.Parallel.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum = 0, 1<<20, 1<<20
+	if _, _, err = autoSpec(spec, cpuTopology(localNodes(3), 16<<30, 8)); !errors.As(err, &usage) ||
+		!strings.Contains(err.Error(), "want 1 to 1073741824 sequences") {
+		t.Errorf("a global batch of 2^40·3: %v", err)
+	}
+	spec = train.DefaultSpec()
 	spec.Model.Preset = "gpt2-xl"
-	if _, _, err := autoSpec(spec, cpuTopology(localNodes(1), 8<<30, 8)); err == nil ||
+	if _, _, err := autoSpec(spec, cpuTopology(localNodes(1), 8<<30, 8)); !errors.As(err, &usage) ||
 		!strings.Contains(err.Error(), "run --auto: no layout of the job fits") {
 		t.Errorf("gpt2-xl on 8 GiB: %v", err)
 	}
