@@ -1,5 +1,7 @@
 package model
 
+import "fmt"
+
 // ActivationUse is a model's activation memory in bytes, split the way the
 // planner counts it (planner.ModelActivations with 4-byte elements and no
 // dropout): what each recomputation mode keeps has one definition, and a
@@ -53,17 +55,29 @@ type activations struct {
 	losses  []float32
 }
 
-// floats allocates n float32s and counts their bytes in *part.
-func floats(part *int64, n int) []float32 {
+// sizer allocates the activation buffers and counts their bytes by part;
+// a dry one only counts, so that a job's memory is known before it is
+// allocated (ActivationUseOf) by the code that allocates it.
+type sizer struct {
+	use ActivationUse
+	dry bool
+}
+
+// floats allocates n float32s, counted in *part (a field of z.use).
+func (z *sizer) floats(part *int64, n int) []float32 {
 	*part += int64(n) * 4
+	if z.dry {
+		return nil
+	}
 	return make([]float32, n)
 }
 
-func newActivations(cfg Config, B, T int, rc Recompute, u *ActivationUse) activations {
-	N, C, L := B*T, cfg.Embd, cfg.Layers
+func newActivations(cfg Config, B, T int, rc Recompute, z *sizer) activations {
+	N, C, L, u := B*T, cfg.Embd, cfg.Layers, &z.use
 	var a activations
 	// Where the blocks' buffers count: kept, or rebuilt per block by a full
-	// recompute; a selective one rebuilds only the probabilities.
+	// recompute; a selective one rebuilds only the probabilities, in one
+	// buffer shared by the blocks.
 	kept, att, blocks := &u.Layers, &u.Layers, L
 	switch rc {
 	case RecomputeFull:
@@ -72,30 +86,30 @@ func newActivations(cfg Config, B, T int, rc Recompute, u *ActivationUse) activa
 		att = &u.Working
 	}
 	var shared []float32
-	if rc != RecomputeNone {
-		shared = floats(att, B*cfg.Heads*T*T)
+	if rc == RecomputeSelective {
+		shared = z.floats(att, B*cfg.Heads*T*T)
 	}
 	for range blocks {
 		la := layerActs{
-			ln1: floats(kept, N*C), ln1Mean: floats(&u.Other, N), ln1Rstd: floats(&u.Other, N),
-			qkv: floats(kept, N*3*C), atty: floats(kept, N*C), att: shared,
-			res2: floats(kept, N*C), ln2: floats(kept, N*C), ln2Mean: floats(&u.Other, N), ln2Rstd: floats(&u.Other, N),
-			fch: floats(kept, N*4*C), fchGelu: floats(kept, N*4*C),
+			ln1: z.floats(kept, N*C), ln1Mean: z.floats(&u.Other, N), ln1Rstd: z.floats(&u.Other, N),
+			qkv: z.floats(kept, N*3*C), atty: z.floats(kept, N*C), att: shared,
+			res2: z.floats(kept, N*C), ln2: z.floats(kept, N*C), ln2Mean: z.floats(&u.Other, N), ln2Rstd: z.floats(&u.Other, N),
+			fch: z.floats(kept, N*4*C), fchGelu: z.floats(kept, N*4*C),
 		}
-		if la.att == nil {
-			la.att = floats(att, B*cfg.Heads*T*T)
+		if rc != RecomputeSelective {
+			la.att = z.floats(att, B*cfg.Heads*T*T)
 		}
 		a.layers = append(a.layers, la)
 	}
 	// Every mode keeps the block inputs (all that full keeps); the last
 	// output is the final LayerNorm's input, part of the head.
 	for range L {
-		a.res = append(a.res, floats(&u.Layers, N*C))
+		a.res = append(a.res, z.floats(&u.Layers, N*C))
 	}
-	a.res = append(a.res, floats(&u.Head, N*C))
-	a.proj = floats(&u.Other, N*C)
-	a.lnf, a.lnfMean, a.lnfRstd = floats(&u.Head, N*C), floats(&u.Other, N), floats(&u.Other, N)
-	a.probs, a.losses = floats(&u.Head, N*cfg.Vocab), floats(&u.Other, N)
+	a.res = append(a.res, z.floats(&u.Head, N*C))
+	a.proj = z.floats(&u.Other, N*C)
+	a.lnf, a.lnfMean, a.lnfRstd = z.floats(&u.Head, N*C), z.floats(&u.Other, N), z.floats(&u.Other, N)
+	a.probs, a.losses = z.floats(&u.Head, N*cfg.Vocab), z.floats(&u.Other, N)
 	return a
 }
 
@@ -118,13 +132,50 @@ type gradScratch struct {
 	scratch []float32 // attention backward
 }
 
-func newGradScratch(cfg Config, B, T, attScratch int, u *ActivationUse) gradScratch {
-	N, C := B*T, cfg.Embd
-	o := &u.Other
+func newGradScratch(cfg Config, B, T, attScratch int, z *sizer) gradScratch {
+	N, C, o := B*T, cfg.Embd, &z.use.Other
 	return gradScratch{
-		dres: floats(o, N*C), dln: floats(o, N*C), dqkv: floats(o, N*3*C), datty: floats(o, N*C),
-		dfch: floats(o, N*4*C), dgelu: floats(o, N*4*C), scratch: floats(o, attScratch),
+		dres: z.floats(o, N*C), dln: z.floats(o, N*C), dqkv: z.floats(o, N*3*C), datty: z.floats(o, N*C),
+		dfch: z.floats(o, N*4*C), dgelu: z.floats(o, N*4*C), scratch: z.floats(o, attScratch),
 	}
+}
+
+// maxBufferFloats bounds one activation buffer (4 TiB, beyond any host) so
+// that every size computed from a shape stays far inside an int64.
+const maxBufferFloats = 1 << 40
+
+// ActivationUseOf is what New allocates for activations for cfg,
+// micro-batches of B×T tokens, rc, and a backend whose AttentionScratch(T)
+// is attScratch; computed by the code that allocates, without allocating,
+// so that a job can be checked against memory before it is built.
+func ActivationUseOf(cfg Config, B, T int, rc Recompute, attScratch int) (ActivationUse, error) {
+	if err := checkShape(cfg, B, T); err != nil {
+		return ActivationUse{}, err
+	}
+	if _, err := ParseRecompute(string(rc)); err != nil {
+		return ActivationUse{}, err
+	}
+	z := sizer{dry: true}
+	newActivations(cfg, B, T, rc, &z)
+	newGradScratch(cfg, B, T, attScratch, &z)
+	return z.use, nil
+}
+
+// checkShape refuses a micro-batch that does not fit cfg, or whose largest
+// activation buffer (the probabilities, the logits, the MLP's) would be
+// past maxBufferFloats.
+func checkShape(cfg Config, B, T int) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if B < 1 || T < 1 || T > cfg.Seq {
+		return fmt.Errorf("model: micro-batch %d×%d: want B ≥ 1 and 1 ≤ T ≤ seq (%d)", B, T, cfg.Seq)
+	}
+	per := max(cfg.Heads*T, cfg.Vocab, 4*cfg.Embd) // floats per token of the largest buffer, each < 2^31
+	if B > maxBufferFloats/T/per {
+		return fmt.Errorf("model: micro-batch %d×%d: over %d floats in one activation buffer; use a smaller batch.micro_batch", B, T, maxBufferFloats)
+	}
+	return nil
 }
 
 // ActivationUse is what m's activation buffers hold, by part: those kept by

@@ -3,6 +3,7 @@ package model
 import (
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -71,6 +72,9 @@ func TestActivationsMatchPlanner(t *testing.T) {
 				}
 				if m.ActivationBytes() != got.Total() {
 					t.Errorf("ActivationBytes %d, ActivationUse total %d", m.ActivationBytes(), got.Total())
+				}
+				if dry, err := ActivationUseOf(s.cfg, s.B, s.T, rc, be.AttentionScratch(s.T)); err != nil || dry != got {
+					t.Errorf("ActivationUseOf %+v, %v; New allocated %+v", dry, err, got)
 				}
 			})
 		}
@@ -157,6 +161,31 @@ func TestActivationBuffersMeasured(t *testing.T) {
 		got, want := allocated[pair[0]]-allocated[pair[1]], pred(pair[0])-pred(pair[1])
 		if d := got - want; d < -1<<20 || d > 1<<20 {
 			t.Errorf("%s saves %d bytes over %s, the planner predicts %d", pair[1], got, pair[0], want)
+		}
+	}
+}
+
+// TestActivationUseOfRefuses: a shape New cannot build is an error naming
+// it, before any size is computed from it (no overflow, no allocation).
+func TestActivationUseOfRefuses(t *testing.T) {
+	cfg := Presets["gpt2"]
+	for _, c := range []struct {
+		name string
+		B, T int
+		rc   Recompute
+		want string
+	}{
+		{"no sequences", 0, 64, RecomputeNone, "micro-batch 0×64"},
+		{"longer than the model", 1, cfg.Seq + 1, RecomputeNone, "1 ≤ T ≤ seq (1024)"},
+		{"a buffer past any host", 1 << 40, 1024, RecomputeFull, "use a smaller batch.micro_batch"},
+		{"largest int", int(^uint(0) >> 1), 1024, RecomputeNone, "use a smaller batch.micro_batch"},
+		{"unknown mode", 1, 64, "some", `recompute "some"`},
+	} {
+		if _, err := ActivationUseOf(cfg, c.B, c.T, c.rc, 0); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+		if _, err := NewWithStore(cfg, c.B, c.T, backend.CPU{}, c.rc, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New: %v, want an error with %q", c.name, err, c.want)
 		}
 	}
 }

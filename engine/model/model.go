@@ -72,18 +72,18 @@ func New(cfg Config, B, T int, be backend.Backend, rc Recompute) (*Model, error)
 
 // NewWithStore allocates a model whose parameters and gradients st holds.
 func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Store) (*Model, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := checkShape(cfg, B, T); err != nil {
 		return nil, err
 	}
-	if B < 1 || T < 1 || T > cfg.Seq {
-		return nil, fmt.Errorf("model: micro-batch %d×%d: want B ≥ 1 and 1 ≤ T ≤ seq (%d)", B, T, cfg.Seq)
-	}
-	if rc == "" {
-		rc = RecomputeNone
+	rc, err := ParseRecompute(string(rc))
+	if err != nil {
+		return nil, err
 	}
 	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params(), store: st}
-	m.acts = newActivations(cfg, B, T, rc, &m.use)
-	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T), &m.use)
+	var z sizer
+	m.acts = newActivations(cfg, B, T, rc, &z)
+	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T), &z)
+	m.use = z.use
 	return m, nil
 }
 
