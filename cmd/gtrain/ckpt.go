@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
+	"github.com/gtrain/gtrain/internal/atomicfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -326,6 +327,11 @@ func ckptExportRun(o *CkptExportOptions) error {
 	dtype, err := ckpt.ParseDType(o.DType)
 	if err != nil {
 		return usage("--dtype: %v", err)
+	}
+	// Before the checkpoint is read and verified, which can take minutes.
+	var nr *atomicfile.NotRegularError
+	if _, err := atomicfile.Resolve(o.Out); errors.As(err, &nr) {
+		return usage("-o %v", err)
 	}
 	if _, err := os.Stat(o.Path); errors.Is(err, fs.ErrNotExist) {
 		return usage("%s: no such directory", o.Path)

@@ -116,10 +116,10 @@ func dataPrepareRun(ctx context.Context, o *DataPrepareOptions) error {
 	}
 	// An old meta.json would vouch for the new token files while they are
 	// being written; without one the directory is visibly incomplete.
-	metaPath := filepath.Join(o.Out, data.MetaFile)
-	if err := os.Remove(metaPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("data prepare: %w", err)
+	if err := data.StartDir(o.Out); err != nil {
+		return err
 	}
+	metaPath := filepath.Join(o.Out, data.MetaFile)
 	rep, err := o.writeTokens(ctx, docs)
 	if err != nil {
 		return err
