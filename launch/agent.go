@@ -33,7 +33,8 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) 
 		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Host: spec.Host, Node: spec.Node, Rank: -1, Message: err.Error()})
 		return err
 	}
-	a := &agent{spec: &spec, enc: enc, heard: time.Now()}
+	a := &agent{spec: &spec, events: newEventWriter(enc), heard: time.Now()}
+	defer a.events.close() // every event written before the agent exits
 	return a.run(ctx, dec, version)
 }
 
@@ -52,7 +53,7 @@ func checkSpec(s *proto.Spec) error {
 // agent holds the state of one node agent run.
 type agent struct {
 	spec   *proto.Spec
-	enc    *proto.Encoder
+	events *eventWriter
 	tmpdir string
 
 	startEnv []string  // from the start command, for every rank
@@ -70,8 +71,7 @@ func (a *agent) emit(ev proto.Event) {
 	ev.Time = time.Now()
 	ev.Host = a.spec.Host
 	ev.Node = a.spec.Node
-	// A write error means the launcher is gone; stdin EOF will stop us.
-	_ = a.enc.Encode(ev)
+	a.events.send(ev)
 }
 
 func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) error {

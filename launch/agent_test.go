@@ -1,12 +1,15 @@
 package launch
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,5 +113,71 @@ func TestRunUnwritableTmpdir(t *testing.T) {
 	}
 	if got := rec.ofType(proto.EventRankStarted); len(got) != 0 {
 		t.Errorf("ranks started despite the unwritable TMPDIR: %+v", got)
+	}
+}
+
+// gateWriter blocks every Write until open is closed; entered hears of the
+// first Write.
+type gateWriter struct {
+	entered chan struct{}
+	open    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered) })
+	<-g.open
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+// TestEventWriterHeartbeatFirst: while the launcher reads slowly (a write
+// blocks) and a rank's output fills the agent's queue, a heartbeat neither
+// blocks its sender nor waits behind the queued lines: it is written next.
+// Every other event keeps its order.
+func TestEventWriterHeartbeatFirst(t *testing.T) {
+	g := &gateWriter{entered: make(chan struct{}), open: make(chan struct{})}
+	w := newEventWriter(proto.NewEncoder(g))
+	line := func(i int) proto.Event {
+		return proto.Event{V: proto.Version, Type: proto.EventLog, Line: strconv.Itoa(i)}
+	}
+	w.send(line(0))
+	<-g.entered // the writer is stuck writing line 0
+	for i := 1; i <= eventQueue; i++ {
+		w.send(line(i)) // fills the queue without blocking
+	}
+	sent := make(chan struct{})
+	go func() {
+		w.send(proto.Event{V: proto.Version, Type: proto.EventHeartbeat})
+		close(sent)
+	}()
+	select {
+	case <-sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sending a heartbeat blocked behind the queued output")
+	}
+	close(g.open)
+	w.close()
+	dec := proto.NewDecoder(&g.buf)
+	var got []string
+	for {
+		var ev proto.Event
+		if err := dec.Decode(&ev); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		got = append(got, ev.Type+":"+ev.Line)
+	}
+	want := []string{"log:0", "heartbeat:"}
+	for i := 1; i <= eventQueue; i++ {
+		want = append(want, "log:"+strconv.Itoa(i))
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("events written = %v\nwant %v", got, want)
 	}
 }

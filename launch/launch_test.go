@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,5 +313,42 @@ func TestRunRestarts(t *testing.T) {
 	}
 	if got := len(rec.ofType(proto.EventRankStarted)); got != 6 {
 		t.Errorf("rank starts = %d, want 6 (2 ranks x 3 attempts)", got)
+	}
+}
+
+// TestRunFloodKeepsAgentsAlive: real agents with a short heartbeat, one
+// rank flooding its output faster than a slow view shows it, so the other
+// agent's heartbeats wait behind the flood in the launcher's queue longer
+// than the silence limit; the job must not be declared lost. The quiet
+// rank runs until the view has shown the whole flood (it waits for a file
+// the view writes then).
+func TestRunFloodKeepsAgentsAlive(t *testing.T) {
+	t.Setenv("GTRAIN_TEST_AGENT", "1")
+	done := filepath.Join(t.TempDir(), "shown")
+	const lines, delay = 80, 80 * time.Millisecond
+	script := `if [ "$RANK" = 0 ]; then yes flood | head -n ` + strconv.Itoa(lines) + `; exit 0; fi
+until [ -e "$DONE" ]; do sleep 0.05; done`
+	nodes := []hostfiles.Node{
+		{Host: hostfiles.Host{Name: "localhost", Slots: 1}, SlotIDs: []int{0}},
+		{Host: hostfiles.Host{Name: "127.0.0.1", Slots: 1}, SlotIDs: []int{0}},
+	}
+	p, err := NewPlan(Options{Nodes: nodes, Command: []string{"sh", "-c", script}, Grace: time.Second,
+		Heartbeat: 100 * time.Millisecond, Env: []string{"DONE=" + done}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := SilentAfter(p.Heartbeat); 64*delay <= limit {
+		t.Fatalf("queue delay %v does not exceed the silence limit %v: the test checks nothing", 64*delay, limit)
+	}
+	view := &slowView{delay: delay, shown: func(n int) {
+		if n == lines {
+			_ = os.WriteFile(done, nil, 0o600)
+		}
+	}}
+	if err := Run(t.Context(), p, Runtime{Transport: &Local{Exe: os.Args[0]}, View: view, AgentGrace: 5 * time.Second}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := len(view.lines(0)); got != lines {
+		t.Errorf("rank 0 lines = %d, want %d", got, lines)
 	}
 }

@@ -96,6 +96,11 @@ type attempt struct {
 	stopping bool
 	deadline <-chan time.Time // agents still running then are killed
 	lastSeen []time.Time      // when each agent was last heard from
+	// life is what each agent's reader saw, apart from the loop: a loop
+	// busy with a slow view must not count the agents it has not yet
+	// listened to as silent.
+	life      []agentLife
+	lastCheck time.Time // when the loop last checked for silent agents
 	ended    []bool           // each agent's event stream has ended
 	facts    []*proto.HostFacts
 	lastErr  []string // each agent's last error message
@@ -119,7 +124,7 @@ func SilentAfter(beat time.Duration) time.Duration {
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{},
 		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts)),
-		facts: make([]*proto.HostFacts, len(p.Hosts)), lastErr: make([]string, len(p.Hosts)),
+		facts: make([]*proto.HostFacts, len(p.Hosts)), lastErr: make([]string, len(p.Hosts)), life: make([]agentLife, len(p.Hosts)),
 		joinDeadline: time.After(joinBackstop(rt)), rdzvMsgs: make(chan string, 16), roundErr: make(chan error, 1)}
 	if rt.LogDir != "" {
 		ld, err := status.NewLogDir(rt.LogDir, p.RunID, n)
@@ -190,16 +195,7 @@ func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
 		return err
 	}
 	for i, c := range a.conns {
-		go func() {
-			for {
-				ev, err := c.Recv()
-				if err != nil {
-					msgs <- agentMsg{node: i, err: err, end: true}
-					return
-				}
-				msgs <- agentMsg{node: i, ev: ev}
-			}
-		}()
+		go a.life[i].read(c, i, msgs)
 	}
 	return nil
 }
@@ -299,6 +295,7 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 	for i := range a.lastSeen {
 		a.lastSeen[i] = time.Now()
 	}
+	a.lastCheck = time.Now()
 	for live > 0 {
 		select {
 		case m := <-msgs:
@@ -310,9 +307,9 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 				continue
 			}
 			a.handle(m.ev)
-		case now := <-check:
+		case <-check:
 			a.sendAll(proto.CommandHeartbeat, "")
-			a.checkSilent(now)
+			a.checkSilent(time.Now()) // not the tick's time, which a busy loop sees late
 		case <-a.joinDeadline:
 			a.joinDeadline = nil
 			a.missingJoin()
@@ -393,8 +390,15 @@ func (a *attempt) agentEnded(m agentMsg) {
 // or a dead network must not hang the job.
 func (a *attempt) checkSilent(now time.Time) {
 	limit := SilentAfter(a.p.Heartbeat)
+	last := a.lastCheck
+	a.lastCheck = now
+	if now.Sub(last) > 2*a.p.Heartbeat+time.Second {
+		// The loop (or this whole process) was held up since the last
+		// check: the readers may not have run yet. Judge next time.
+		return
+	}
 	for i, seen := range a.lastSeen {
-		if a.ended[i] || a.done[i] || now.Sub(seen) < limit {
+		if a.ended[i] || a.done[i] || a.life[i].alive(now, limit) || now.Sub(seen) < limit {
 			continue
 		}
 		h := a.p.Hosts[i]

@@ -162,3 +162,124 @@ func TestRunFailureStopsOtherAgents(t *testing.T) {
 		}
 	})
 }
+
+// slowView is a view that takes a while over every log line, like a
+// terminal that cannot keep up; shown, if set, hears how many lines it
+// has shown.
+type slowView struct {
+	recorder
+	delay time.Duration
+	shown func(n int)
+	n     int
+}
+
+func (v *slowView) Event(ev proto.Event) {
+	if ev.Type != proto.EventLog {
+		v.recorder.Event(ev)
+		return
+	}
+	time.Sleep(v.delay)
+	v.recorder.Event(ev)
+	if v.n++; v.shown != nil {
+		v.shown(v.n)
+	}
+}
+
+// TestRunFloodDoesNotLoseAgents: one agent floods output faster than the
+// view can show it, so the other agents' events wait in the launcher's
+// queue behind the flood for longer than the silence limit: node 1's
+// heartbeats, and node 2's end (its rank finished at once). Waiting events
+// are life: no agent is declared lost, and the job succeeds.
+func TestRunFloodDoesNotLoseAgents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &fakeTransport{}
+		p := fakePlan(t, 3)
+		limit := SilentAfter(p.Heartbeat)
+		// 200 ms a line: the launcher's queue of 64 events takes 12.8 s to
+		// drain, longer than the silence limit.
+		view := &slowView{delay: 200 * time.Millisecond}
+		if q := 64 * view.delay; q <= limit {
+			t.Fatalf("queue delay %v does not exceed the silence limit %v: the test checks nothing", q, limit)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: view, AgentGrace: time.Second, NoRendezvous: true})
+		}()
+		synctest.Wait()
+		for _, c := range tr.conns {
+			c.send(proto.EventJoined, -1, 0)
+		}
+		const lines = 200
+		// put gives up once the launcher has killed the agent, so that a
+		// failing run ends the test instead of deadlocking it.
+		put := func(c *fakeConn, typ string, rank int, line string) {
+			select {
+			case c.events <- proto.Event{V: proto.Version, Type: typ, Host: c.host, Node: c.node, Rank: rank, Line: line}:
+			case <-c.gone:
+			}
+		}
+		flooded := make(chan struct{})
+		go func() { // node 0: a rank flooding its output, then done
+			c := tr.conns[0]
+			for range lines {
+				put(c, proto.EventLog, 0, "flood")
+			}
+			close(flooded)
+			put(c, proto.EventRankExited, 0, "")
+			put(c, proto.EventDone, -1, "")
+			c.Kill()
+		}()
+		go func() { // node 2: its rank ends at once
+			c := tr.conns[2]
+			put(c, proto.EventRankExited, 2, "")
+			put(c, proto.EventDone, -1, "")
+			c.Kill()
+		}()
+		go func() { // node 1: only heartbeats until the flood is over
+			c := tr.conns[1]
+			tick := time.NewTicker(p.Heartbeat)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					put(c, proto.EventHeartbeat, -1, "")
+				case <-flooded:
+					put(c, proto.EventRankExited, 1, "")
+					put(c, proto.EventDone, -1, "")
+					c.Kill()
+					return
+				}
+			}
+		}()
+		if err := <-errc; err != nil {
+			t.Fatalf("Run error = %v, want success: no agent was silent", err)
+		}
+		if got := len(view.lines(0)); got != lines {
+			t.Errorf("flood lines shown = %d, want %d", got, lines)
+		}
+	})
+}
+
+// TestCheckSilentAfterStall: when the launcher itself was held up past
+// the silence limit, the first check after it does not judge the agents
+// (their readers may not have run yet); the next one does.
+func TestCheckSilentAfterStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &fakeTransport{}
+		p := fakePlan(t, 1)
+		c, _ := tr.Start(t.Context(), p.Hosts[0], nil)
+		a := &attempt{p: p, view: &recorder{}, conns: []AgentConn{c}, done: []bool{false}, ended: []bool{false},
+			lastSeen: []time.Time{time.Now()}, life: make([]agentLife, 1), lastCheck: time.Now()}
+		time.Sleep(2 * SilentAfter(p.Heartbeat)) // the whole launcher stalled
+		a.checkSilent(time.Now())
+		if a.failure != nil {
+			t.Fatalf("first check after a stall failed the job: %v", a.failure)
+		}
+		time.Sleep(p.Heartbeat)
+		a.checkSilent(time.Now())
+		var lost *AgentLostError
+		if !errors.As(a.failure, &lost) {
+			t.Fatalf("second check: failure = %v, want the silent agent lost", a.failure)
+		}
+	})
+}
