@@ -1,13 +1,12 @@
 package launch
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
@@ -31,36 +30,62 @@ func ForwardEnv(environ []string) []string {
 	return out
 }
 
+// MaxEnvVars bounds the variables of one --env-file. Every rank gets its
+// own copy of them, and real environments have tens of variables.
+const MaxEnvVars = 1024
+
 // ReadEnvFile reads KEY=VALUE lines (blank lines and # comments allowed, an
 // optional leading "export ") for --env-file. A bad line is an error naming
-// the file and line.
-func ReadEnvFile(path string) ([]string, error) {
-	f, err := os.Open(path)
+// the file and line. A file larger than [userfile.ConfigLimit] or with more
+// than [MaxEnvVars] variables is refused, and ReadEnvFile returns
+// context.Cause(ctx) as soon as ctx is done, even while the file blocks (a
+// FIFO).
+func ReadEnvFile(ctx context.Context, path string) ([]string, error) {
+	b, err := userfile.Read(ctx, path, userfile.ConfigLimit)
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("launch: --env-file: %w", err)}
+		var ue *userfile.Error
+		if errors.As(err, &ue) {
+			err = &UsageError{Err: fmt.Errorf("launch: --env-file %w", err)}
+		} else if ctx.Err() == nil {
+			err = fmt.Errorf("launch: --env-file: %w", err)
+		}
+		return nil, err
 	}
-	defer f.Close()
+	return ParseEnv(path, b)
+}
+
+// ParseEnv parses the contents of an env file (see [ReadEnvFile]); name is
+// used in error messages only.
+func ParseEnv(name string, data []byte) ([]string, error) {
 	var out []string
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		line = strings.TrimPrefix(line, "export ")
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
-			return nil, &UsageError{Err: fmt.Errorf("launch: %s:%d: want KEY=VALUE, got %q", path, n, line)}
+			return nil, &UsageError{Err: fmt.Errorf("launch: %s:%d: want KEY=VALUE, got %q", name, i+1, clip(line, 60))}
 		}
 		if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
 			v = v[1 : len(v)-1]
 		}
+		if len(out) == MaxEnvVars {
+			return nil, &UsageError{Err: fmt.Errorf("launch: %s:%d: more than %d variables, the most an env file may set: is it the right file?", name, i+1, MaxEnvVars)}
+		}
 		out = append(out, k+"="+v)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("launch: read %s: %w", path, err)
-	}
 	return out, nil
+}
+
+// clip shortens s to at most n bytes for an error message: a "line" of a
+// binary file may be megabytes long.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // Mux starts agents on this machine with Local and on other hosts with

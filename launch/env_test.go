@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,6 +21,8 @@ func TestReadEnvFile(t *testing.T) {
 		{"no equals", "A=1\nJUNK\n", nil, "env:2: want KEY=VALUE"},
 		{"space in key", "MY VAR=1\n", nil, "env:1:"},
 		{"empty key", "=1\n", nil, "env:1:"},
+		{"long junk line clipped", strings.Repeat("x", 1000), nil, `env:1: want KEY=VALUE, got "` + strings.Repeat("x", 60) + `..."`},
+		{"too many variables", strings.Repeat("A=1\n", MaxEnvVars+1), nil, "env:1025: more than 1024 variables"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -27,7 +30,7 @@ func TestReadEnvFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			got, err := ReadEnvFile(path)
+			got, err := ReadEnvFile(context.Background(), path)
 			if tt.wantErr != "" {
 				var ue *UsageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
@@ -40,8 +43,12 @@ func TestReadEnvFile(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ReadEnvFile(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "--env-file") {
-		t.Errorf("missing file: %v", err)
+	for _, path := range []string{filepath.Join(t.TempDir(), "missing"), "/dev/zero", t.TempDir()} {
+		_, err := ReadEnvFile(context.Background(), path)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "launch: --env-file "+path+": ") {
+			t.Errorf("ReadEnvFile(%s) = %v, want a usage error naming the file", path, err)
+		}
 	}
 }
 

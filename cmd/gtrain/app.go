@@ -118,6 +118,7 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdWorker(ios),
 		NewCmdVersion(ios),
 	)
+	typeUsageErrors(root)
 	return root
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,11 +35,11 @@ const (
 // autoLayout is `gtrain run --auto`: it lays out the job for the run's
 // ranks with the planner and prints the choice on stderr. Without --auto it
 // returns spec unchanged.
-func (o *RunOptions) autoLayout(spec train.Spec) (train.Spec, error) {
+func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spec, error) {
 	if !o.Auto {
 		return spec, nil
 	}
-	nodes, _, err := o.nodes()
+	nodes, _, err := o.nodes(ctx)
 	if err != nil {
 		return spec, err
 	}

@@ -210,7 +210,7 @@ func benchLaunch(ctx context.Context, o *BenchOptions) error {
 	if err := o.Run.check(); err != nil {
 		return err
 	}
-	plan, err := o.Run.plan()
+	plan, err := o.Run.plan(ctx)
 	if err != nil {
 		return err
 	}

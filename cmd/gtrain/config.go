@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -71,7 +73,8 @@ func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
 		}
 	})
 	if len(errs) > 0 {
-		return &launch.UsageError{Err: errors.Join(errs...)}
+		// Every problem at once, on gtrain's one error line.
+		return &launch.UsageError{Err: errors.New(oneLine(errors.Join(errs...)))}
 	}
 	return nil
 }
@@ -91,14 +94,14 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 			return nil
 		}
 	}
-	v.SetConfigFile(path)
+	b, err := userfile.Read(cmd.Context(), path, userfile.ConfigLimit)
+	if err != nil {
+		return inputError("config", err)
+	}
+	v.SetConfigFile(path) // names the file in errors; ReadConfig reads b
 	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return &launch.UsageError{Err: fmt.Errorf("config: read %s: %w", path, err)}
+	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
+		return &launch.UsageError{Err: fmt.Errorf("config: read %s: %s", path, oneLine(err))}
 	}
 	for _, k := range v.AllKeys() {
 		name := strings.ReplaceAll(k, "_", "-")

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/data"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -107,12 +108,17 @@ func dataPrepareRun(ctx context.Context, o *DataPrepareOptions) error {
 	var docs []document
 	if o.Synthetic == 0 {
 		var err error
-		if docs, err = findDocuments(o.Inputs, o.IO.Err); err != nil {
+		if docs, err = findDocuments(ctx, o.Inputs, o.IO.Err); err != nil {
 			return err
 		}
 	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("data prepare: --out %s: %w; choose a writable directory", o.Out, err)
+	}
+	if o.Synthetic > 0 {
+		if err := checkDiskSpace(o.Out, 2*int64(o.Synthetic)); err != nil {
+			return err
+		}
 	}
 	// An old meta.json would vouch for the new token files while they are
 	// being written; without one the directory is visibly incomplete.
@@ -147,10 +153,32 @@ func (o *DataPrepareOptions) check() error {
 		return usage("--val-fraction %v: want a fraction between 0 and 1, e.g. 0.1", o.ValFraction)
 	case o.Synthetic < 0 || o.Synthetic == 1:
 		return usage("--synthetic %d: want at least 2 tokens (one for train.bin, one for val.bin)", o.Synthetic)
+	case o.Synthetic > maxSynthetic:
+		return usage("--synthetic %d: at most %d tokens (%s of token files)", o.Synthetic, int64(maxSynthetic), userfile.Size(2*maxSynthetic))
 	case o.Synthetic > 0 && len(o.Inputs) > 0:
 		return usage("--synthetic writes a generated corpus: give it or files (%s), not both", strings.Join(o.Inputs, ", "))
 	case o.Synthetic == 0 && len(o.Inputs) == 0:
 		return usage("no input: give text files or directories of .txt files, or --synthetic N")
+	}
+	return nil
+}
+
+// maxSynthetic bounds --synthetic: 2^40 tokens are 2 TiB of token files,
+// more than any disk a demo runs on (checkDiskSpace then says how much is
+// free).
+const maxSynthetic = 1 << 40
+
+// maxDocuments bounds the files data prepare tokenizes in one go: meta.json
+// lists each of them.
+const maxDocuments = 1 << 20
+
+// checkDiskSpace refuses to write more bytes into dir than its file system
+// has free, before filling it up.
+func checkDiskSpace(dir string, need int64) error {
+	free, ok := diskFree(dir)
+	if ok && need > free {
+		return &launch.UsageError{Err: fmt.Errorf("data prepare: the tokens need %s (2 bytes a token) and %s has %s free: ask for fewer, or choose another --out",
+			userfile.Size(need), dir, userfile.Size(free))}
 	}
 	return nil
 }
@@ -164,10 +192,16 @@ type document struct {
 // findDocuments expands the inputs into the documents to tokenize: files as
 // given, directories as their .txt files. Empty files are left out, with a
 // warning on warn.
-func findDocuments(inputs []string, warn io.Writer) ([]document, error) {
+func findDocuments(ctx context.Context, inputs []string, warn io.Writer) ([]document, error) {
 	var docs []document
 	for _, in := range inputs {
-		found, err := expandInput(in)
+		found, err := expandInput(ctx, in)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if err == nil && len(docs)+len(found) > maxDocuments {
+			err = fmt.Errorf("more than %d files to tokenize: prepare them in parts", maxDocuments)
+		}
 		if err != nil {
 			return nil, &launch.UsageError{Err: fmt.Errorf("data prepare: %w", err)}
 		}
@@ -186,8 +220,9 @@ func findDocuments(inputs []string, warn io.Writer) ([]document, error) {
 }
 
 // expandInput is the documents of one input: a regular file, or the .txt
-// files under a directory.
-func expandInput(in string) ([]document, error) {
+// files under a directory (at most maxDocuments of them; the walk stops when
+// ctx is done).
+func expandInput(ctx context.Context, in string) ([]document, error) {
 	fi, err := os.Stat(in)
 	if err != nil {
 		var pe *fs.PathError
@@ -204,7 +239,12 @@ func expandInput(in string) ([]document, error) {
 	}
 	var docs []document
 	err = filepath.WalkDir(in, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || !strings.EqualFold(filepath.Ext(path), ".txt") {
+		switch {
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case len(docs) > maxDocuments:
+			return fmt.Errorf("%s: more than %d .txt files: prepare them in parts", in, maxDocuments)
+		case err != nil || !d.Type().IsRegular() || !strings.EqualFold(filepath.Ext(path), ".txt"):
 			return err
 		}
 		info, err := d.Info()
@@ -241,7 +281,12 @@ func (o *DataPrepareOptions) writeTokens(ctx context.Context, docs []document) (
 	if o.Synthetic > 0 {
 		meta.Sources = []string{fmt.Sprintf("synthetic:seed=%d,tokens=%d", o.Seed, o.Synthetic)}
 		sw.at = int64(o.Synthetic) - valCount(o.ValFraction, int64(o.Synthetic))
-		err = sw.tokens(data.Synthetic(o.Seed, o.Synthetic))
+		err = data.SyntheticStream(o.Seed, int64(o.Synthetic), func(toks []uint16) error {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return sw.tokens(toks)
+		})
 	} else {
 		for _, d := range docs {
 			meta.Sources = append(meta.Sources, d.path)
@@ -332,11 +377,16 @@ func (s *splitWriter) documents(ctx context.Context, docs []document, frac float
 // copyFile writes the bytes of the file path as tokens, checking ctx between
 // chunks so that an interrupt stops a long prepare.
 func (s *splitWriter) copyFile(ctx context.Context, path string, buf []byte) error {
-	f, err := os.Open(path)
+	f, err := userfile.Open(ctx, path)
 	if err != nil {
-		return fmt.Errorf("data prepare: %w", err)
+		return inputError("data prepare", err)
 	}
 	defer f.Close()
+	// Only regular files were found; one replaced since by a FIFO or a
+	// device would block or never end.
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return &launch.UsageError{Err: fmt.Errorf("data prepare: %s: not a regular file (any more)", path)}
+	}
 	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)

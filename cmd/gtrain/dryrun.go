@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,13 +14,24 @@ import (
 	"github.com/gtrain/gtrain/launch"
 )
 
-// printPlan writes the launch plan of --dry-run, as text or as one JSON object.
-func printPlan(w io.Writer, p *launch.Plan, output string) error {
+// printPlan writes the launch plan of --dry-run, as text or as one JSON
+// object. A plan of many ranks is megabytes long: printPlan stops, returning
+// context.Cause(ctx), when ctx is done.
+func printPlan(ctx context.Context, w io.Writer, p *launch.Plan, output string) error {
 	if output == "json" {
+		// One document, encoded in well under a second at the most ranks.
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(p)
 	}
+	bw := bufio.NewWriter(w) // a write per line is a million system calls
+	if err := printLaunchPlan(ctx, bw, p); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Plan) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run id:\t%s\n", p.RunID)
 	fmt.Fprintf(tw, "command:\t%s\n", strings.Join(p.Command, " "))
@@ -33,22 +46,20 @@ func printPlan(w io.Writer, p *launch.Plan, output string) error {
 	fmt.Fprintf(tw, "world size:\t%d rank(s) on %d host(s)\n", p.WorldSize, len(p.Hosts))
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NODE\tHOST\tADDRESS\tSLOTS\tRANKS")
+	first, last := rankRanges(p)
 	for _, h := range p.Hosts {
-		first, last := -1, -1
-		for _, r := range p.Ranks {
-			if r.Node == h.Node {
-				if first < 0 {
-					first = r.Rank
-				}
-				last = r.Rank
-			}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d-%d\n", h.Node, h.Name, h.Addr, ints(h.Slots), first, last)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d-%d\n", h.Node, h.Name, h.Addr, ints(h.Slots), first[h.Node], last[h.Node])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, r := range p.Ranks {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		fmt.Fprintf(w, "\nrank %d (host %s, local rank %d, slot %d):\n", r.Rank, r.Host, r.LocalRank, r.Slot)
 		keys := make([]string, 0, len(r.Env))
 		for k := range r.Env {
@@ -60,6 +71,22 @@ func printPlan(w io.Writer, p *launch.Plan, output string) error {
 		}
 	}
 	return nil
+}
+
+// rankRanges is each node's first and last rank, by node, in one pass over
+// the ranks (one per node would be quadratic in a job of 65536 hosts).
+func rankRanges(p *launch.Plan) (first, last map[int]int) {
+	first, last = make(map[int]int, len(p.Hosts)), make(map[int]int, len(p.Hosts))
+	for _, h := range p.Hosts {
+		first[h.Node], last[h.Node] = -1, -1
+	}
+	for _, r := range p.Ranks {
+		if first[r.Node] < 0 {
+			first[r.Node] = r.Rank
+		}
+		last[r.Node] = r.Rank
+	}
+	return first, last
 }
 
 func ints(xs []int) string {

@@ -111,7 +111,7 @@ func resumeRun(ctx context.Context, o *RunOptions, dir string, nprocSet bool) er
 		return fmt.Errorf("resume: %s: job spec in manifest: %w", c.Dir, err)
 	}
 	if len(o.Sets) > 0 {
-		if spec, err = overlayJob(spec, "", o.Sets); err != nil {
+		if spec, err = overlayJob(spec, o.Sets); err != nil {
 			return err
 		}
 	}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -25,6 +25,7 @@ func ExitCode(err error) int {
 		intr  *launch.InterruptedError
 		usage *launch.UsageError
 		parse *hostfiles.ParseError
+		input *userfile.Error // a file the user named cannot be used
 	)
 	switch {
 	case err == nil:
@@ -36,20 +37,9 @@ func ExitCode(err error) int {
 		return rank.Code
 	case errors.As(err, &intr):
 		return intr.Code()
-	case errors.As(err, &usage), errors.As(err, &parse), isCobraUsage(err):
+	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input):
 		return ExitUsage
 	default:
 		return ExitFailure
 	}
-}
-
-// isCobraUsage recognises cobra's own argument errors, which are plain.
-func isCobraUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument"} {
-		if strings.HasPrefix(msg, p) || strings.Contains(msg, " "+p) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -98,7 +99,7 @@ func addSSHFlags(f *pflag.FlagSet, c *launch.SSHConfig) {
 
 // hostsCheckRun checks the hosts and prints the reports.
 func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
-	hosts, err := o.hosts()
+	hosts, err := o.hosts(ctx)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
 }
 
 // hosts validates the flags and returns the selected hosts of the hostfile.
-func (o *HostsCheckOptions) hosts() ([]launch.PlanHost, error) {
+func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.PlanHost, error) {
 	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
 	switch {
 	case o.Hostfile == "":
@@ -145,11 +146,8 @@ func (o *HostsCheckOptions) hosts() ([]launch.PlanHost, error) {
 	case o.SSH.ConnectTimeout <= 0:
 		return nil, usage("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
-	parsed, err := hostfiles.ParseFile(o.Hostfile)
+	parsed, err := readHostfile(ctx, o.Hostfile)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, &launch.UsageError{Err: err}
-		}
 		return nil, err
 	}
 	nodes, err := hostfiles.Select(parsed, o.Filter)
@@ -157,6 +155,29 @@ func (o *HostsCheckOptions) hosts() ([]launch.PlanHost, error) {
 		return nil, &launch.UsageError{Err: err}
 	}
 	return launch.PlanHosts(nodes), nil
+}
+
+// readHostfile reads and parses the hostfile path: at most
+// hostfiles.MaxFileSize bytes, and returning as soon as ctx is done even
+// while the file blocks (a FIFO). A file that cannot be used is a usage
+// error naming it.
+func readHostfile(ctx context.Context, path string) ([]hostfiles.Host, error) {
+	b, err := userfile.Read(ctx, path, hostfiles.MaxFileSize)
+	if err != nil {
+		return nil, inputError("hostfiles", err)
+	}
+	return hostfiles.Parse(path, bytes.NewReader(b))
+}
+
+// inputError is err from reading a user's file, prefixed with pkg unless it
+// is the interrupt that stopped the read. userfile's errors, which name the
+// file, are typed usage errors (ExitCode).
+func inputError(pkg string, err error) error {
+	var intr *launch.InterruptedError
+	if errors.As(err, &intr) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", pkg, err)
 }
 
 func countReady(reports []launch.HostReport) int {

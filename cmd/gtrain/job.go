@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -25,24 +28,40 @@ const EnvJobSpec = "GTRAIN_JOB_SPEC"
 // loadJob reads a job: the built-in default, overlaid with the YAML job file
 // (when path is not empty) and then with key=value settings (--set
 // optim.lr=3e-4). Unknown keys are errors: a misspelt key silently ignored
-// is a run with the wrong hyperparameters.
-func loadJob(path string, sets []string) (train.Spec, error) {
-	return overlayJob(train.DefaultSpec(), path, sets)
+// is a run with the wrong hyperparameters. The file is read with a limit
+// of userfile.ConfigLimit, and loadJob returns as soon as ctx is done.
+func loadJob(ctx context.Context, path string, sets []string) (train.Spec, error) {
+	spec := train.DefaultSpec()
+	if path == "" {
+		return decodeJob(spec, "", nil, sets)
+	}
+	text, err := userfile.Read(ctx, path, userfile.ConfigLimit)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: no such file", path)}
+		}
+		return spec, inputError("job", err)
+	}
+	return decodeJob(spec, path, text, sets)
 }
 
-// overlayJob is loadJob over another base spec (resume: the checkpoint's).
-func overlayJob(spec train.Spec, path string, sets []string) (train.Spec, error) {
+// overlayJob applies --set values to another base spec (resume: the
+// checkpoint's).
+func overlayJob(spec train.Spec, sets []string) (train.Spec, error) {
+	return decodeJob(spec, "", nil, sets)
+}
+
+// decodeJob overlays spec with the job file path, whose contents are text
+// (when path is not empty), and then with sets.
+func decodeJob(spec train.Spec, path string, text []byte, sets []string) (train.Spec, error) {
 	v := viper.New()
 	if path != "" {
-		v.SetConfigFile(path)
+		v.SetConfigFile(path) // its extension picks the format; ReadConfig reads text
 		if filepath.Ext(path) == "" {
 			v.SetConfigType("yaml")
 		}
-		if err := v.ReadInConfig(); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: no such file", path)}
-			}
-			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %w", path, err)}
+		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
+			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %s", path, oneLine(err))}
 		}
 	}
 	for _, kv := range sets {

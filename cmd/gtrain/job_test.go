@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +15,7 @@ import (
 // TestDefaultJobFileMatchesBuiltIn keeps examples/jobs/default.yaml and
 // the embedded default job the same job.
 func TestDefaultJobFileMatchesBuiltIn(t *testing.T) {
-	got, err := loadJob("../../examples/jobs/default.yaml", nil)
+	got, err := loadJob(context.Background(), "../../examples/jobs/default.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestExampleJobsLoad(t *testing.T) {
 		t.Fatalf("example jobs: %v", files)
 	}
 	for _, f := range files {
-		if _, err := loadJob(f, nil); err != nil {
+		if _, err := loadJob(context.Background(), f, nil); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -45,7 +46,7 @@ func TestLoadJob(t *testing.T) {
 	}
 	t.Run("file over defaults, --set over file", func(t *testing.T) {
 		p := write(t, "steps: 7\noptim: {lr: 6e-4}\nmodel: {preset: test, layers: 3}\n")
-		s, err := loadJob(p, []string{"optim.lr=1e-3", "checkpoint.keep=5"})
+		s, err := loadJob(context.Background(), p, []string{"optim.lr=1e-3", "checkpoint.keep=5"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestLoadJob(t *testing.T) {
 			if tc.body != "" {
 				p = write(t, tc.body)
 			}
-			_, err := loadJob(p, tc.sets)
+			_, err := loadJob(context.Background(), p, tc.sets)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q, want one line mentioning %q", err, tc.want)
 			}
@@ -86,7 +87,7 @@ func TestLoadJob(t *testing.T) {
 		})
 	}
 	t.Run("missing file", func(t *testing.T) {
-		_, err := loadJob(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+		_, err := loadJob(context.Background(), filepath.Join(t.TempDir(), "nope.yaml"), nil)
 		if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
 			t.Errorf("error %v", err)
 		}

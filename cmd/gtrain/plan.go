@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/planner"
 )
@@ -80,7 +80,7 @@ Exits 1 when no layout fits, after showing the closest misses and why.`,
 				return err
 			}
 			o.changed = cmd.Flags().Changed
-			return planRun(o)
+			return planRun(cmd.Context(), o)
 		},
 	}
 	addPlanFlags(cmd.Flags(), o)
@@ -124,14 +124,14 @@ func addPlanFlags(f *pflag.FlagSet, o *PlanOptions) {
 }
 
 // planRun resolves the inputs, searches, and prints.
-func planRun(o *PlanOptions) error {
-	pr, err := o.problem()
+func planRun(ctx context.Context, o *PlanOptions) error {
+	pr, err := o.problem(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := planner.Search(pr, o.Pins)
+	res, err := search(ctx, pr, o.Pins)
 	if err != nil {
-		return usageErr("plan: %v", err)
+		return err
 	}
 	if o.Output == "json" {
 		err = printPlanJSON(o, pr, res)
@@ -147,12 +147,36 @@ func planRun(o *PlanOptions) error {
 	return nil
 }
 
+// search is planner.Search, returning context.Cause(ctx) as soon as ctx is
+// done: the search itself takes no context, and a large one takes seconds.
+// Its goroutine then runs on until the process exits.
+func search(ctx context.Context, pr planner.Problem, pins planner.Space) (planner.Result, error) {
+	type result struct {
+		res planner.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := planner.Search(pr, pins)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.res, usageErr("plan: %v", r.err)
+		}
+		return r.res, nil
+	case <-ctx.Done():
+		return planner.Result{}, context.Cause(ctx)
+	}
+}
+
 func usageErr(format string, a ...any) error {
 	return &launch.UsageError{Err: fmt.Errorf(format, a...)}
 }
 
 // problem checks the flags and builds the planner's input.
-func (o *PlanOptions) problem() (planner.Problem, error) {
+func (o *PlanOptions) problem(ctx context.Context) (planner.Problem, error) {
 	if err := o.check(); err != nil {
 		return planner.Problem{}, err
 	}
@@ -160,7 +184,7 @@ func (o *PlanOptions) problem() (planner.Problem, error) {
 	if err != nil {
 		return planner.Problem{}, err
 	}
-	top, err := o.topology()
+	top, err := o.topology(ctx)
 	if err != nil {
 		return planner.Problem{}, err
 	}
@@ -182,6 +206,9 @@ func (o *PlanOptions) problem() (planner.Problem, error) {
 // check validates flag values that need no other input.
 func (o *PlanOptions) check() error {
 	if err := o.readRecompute(); err != nil {
+		return err
+	}
+	if err := o.dedupPins(); err != nil {
 		return err
 	}
 	for name, vals := range map[string][]int{"tp": o.Pins.TP, "pp": o.Pins.PP, "dp": o.Pins.DP, "micro-batch": o.Pins.MicroBatch} {
@@ -209,6 +236,33 @@ func (o *PlanOptions) check() error {
 		return usageErr("plan: --usable-memory %g: want a fraction in (0, 1], e.g. 0.9", o.UsableMemory)
 	case o.GlobalBatch < 0:
 		return usageErr("plan: --global-batch %d: must be at least 1", o.GlobalBatch)
+	}
+	return nil
+}
+
+// maxPinValues bounds the values of one pinned knob: the search evaluates
+// every combination of the pinned values, so long lists multiply its time.
+const maxPinValues = 64
+
+// dedupPins drops repeated values of the pinned knobs (each would be
+// evaluated, and listed, once more) and refuses long lists.
+func (o *PlanOptions) dedupPins() error {
+	for _, p := range []struct {
+		name string
+		vals *[]int
+	}{{"tp", &o.Pins.TP}, {"pp", &o.Pins.PP}, {"dp", &o.Pins.DP}, {"zero", &o.Pins.Zero}, {"micro-batch", &o.Pins.MicroBatch}} {
+		if *p.vals == nil {
+			continue
+		}
+		slices.Sort(*p.vals)
+		*p.vals = slices.Compact(*p.vals)
+		if len(*p.vals) > maxPinValues {
+			return usageErr("plan: --%s: %d values: pin at most %d (leave it out to search them all)", p.name, len(*p.vals), maxPinValues)
+		}
+	}
+	if o.Pins.Recompute != nil {
+		slices.Sort(o.Pins.Recompute)
+		o.Pins.Recompute = slices.Compact(o.Pins.Recompute)
 	}
 	return nil
 }
@@ -309,7 +363,7 @@ func parseCount(s string) (float64, error) {
 
 // topology resolves the cluster flags: exactly one of --gpus, --topology
 // and --hostfile.
-func (o *PlanOptions) topology() (planner.Topology, error) {
+func (o *PlanOptions) topology(ctx context.Context) (planner.Topology, error) {
 	sources := 0
 	for _, set := range []bool{o.GPUs != 0, o.Topology != "", o.Hostfile != ""} {
 		if set {
@@ -322,12 +376,12 @@ func (o *PlanOptions) topology() (planner.Topology, error) {
 	case sources > 1:
 		return planner.Topology{}, usageErr("plan: --gpus, --topology and --hostfile each describe the cluster: give one")
 	case o.Topology != "":
-		return o.topologyFile()
+		return o.topologyFile(ctx)
 	}
 	nodes, gpn := 0, o.GPUsPerNode
 	if o.Hostfile != "" {
 		var err error
-		if nodes, gpn, err = hostfileShape(o.Hostfile); err != nil {
+		if nodes, gpn, err = hostfileShape(ctx, o.Hostfile); err != nil {
 			return planner.Topology{}, err
 		}
 	} else {
@@ -368,15 +422,15 @@ func (o *PlanOptions) catalogTopology(nodes, gpn int) (planner.Topology, error) 
 }
 
 // topologyFile reads --topology; the per-GPU and link flags then conflict.
-func (o *PlanOptions) topologyFile() (planner.Topology, error) {
+func (o *PlanOptions) topologyFile(ctx context.Context) (planner.Topology, error) {
 	for _, f := range []string{"gpu", "gpus-per-node", "intra", "inter"} {
 		if o.changed != nil && o.changed(f) {
 			return planner.Topology{}, usageErr("plan: --%s and --topology both describe the cluster: edit the file or drop --topology", f)
 		}
 	}
-	data, err := os.ReadFile(o.Topology)
+	data, err := userfile.Read(ctx, o.Topology, userfile.ConfigLimit)
 	if err != nil {
-		return planner.Topology{}, usageErr("plan: --topology: %v", err)
+		return planner.Topology{}, inputError("plan: --topology", err)
 	}
 	top, err := planner.ParseTopology(data)
 	if err != nil {
@@ -388,12 +442,9 @@ func (o *PlanOptions) topologyFile() (planner.Topology, error) {
 // hostfileShape is the nodes and GPUs per node of a hostfile whose slots
 // are GPUs. The planner's nodes are identical, so unequal slot counts are
 // refused rather than guessed at.
-func hostfileShape(path string) (nodes, gpn int, err error) {
-	hosts, err := hostfiles.ParseFile(path)
+func hostfileShape(ctx context.Context, path string) (nodes, gpn int, err error) {
+	hosts, err := readHostfile(ctx, path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, 0, &launch.UsageError{Err: err}
-		}
 		return 0, 0, err
 	}
 	for _, h := range hosts {

@@ -68,7 +68,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"--model", "gpt2", "--gpus", "8", "--output", "yaml"}, `--output "yaml"`},
 		{[]string{"--model", "gpt2", "--gpus", "8", "--topology", "x.json"}, "each describe the cluster"},
 		{[]string{"--model", "gpt2", "--topology", "x.json", "--gpu", "H100"}, "--gpu and --topology both"},
-		{[]string{"--model", "gpt2", "--topology", filepath.Join(dir, "none.json")}, "--topology: open"},
+		{[]string{"--model", "gpt2", "--topology", filepath.Join(dir, "none.json")}, "none.json: no such file or directory"},
 		{[]string{"--model", "gpt2", "--hostfile", uneven}, "a has 8 slots and b 4"},
 		{[]string{"--model", "gpt2", "--gpus", "8", "--dp", "3"}, "no tp×pp×dp = 8 GPUs with the pinned degrees"},
 		{[]string{"--layers", "4", "--hidden", "100", "--heads", "3", "--gpus", "8"}, "hidden 100: must be a positive multiple of heads (3)"},

@@ -127,11 +127,11 @@ func runRun(ctx context.Context, o *RunOptions) error {
 		return err
 	}
 	if len(o.Command) == 0 {
-		spec, err := loadJob(o.Job, o.Sets)
+		spec, err := loadJob(ctx, o.Job, o.Sets)
 		if err != nil {
 			return err
 		}
-		if spec, err = o.autoLayout(spec); err != nil {
+		if spec, err = o.autoLayout(ctx, spec); err != nil {
 			return err
 		}
 		if err := o.useEngine(spec, false); err != nil {
@@ -143,29 +143,32 @@ func runRun(ctx context.Context, o *RunOptions) error {
 
 // launch resolves the plan and runs it, or with --dry-run prints it.
 func (o *RunOptions) launch(ctx context.Context) error {
-	plan, err := o.plan()
+	plan, err := o.plan(ctx)
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
-		return printPlan(o.IO.Out, plan, o.Output)
+		return printPlan(ctx, o.IO.Out, plan, o.Output)
 	}
 	return execute(ctx, o, plan, o.view(plan))
 }
 
 // plan resolves hosts, environment and directory into the job's plan.
-func (o *RunOptions) plan() (*launch.Plan, error) {
-	nodes, fromFile, err := o.nodes()
+func (o *RunOptions) plan(ctx context.Context) (*launch.Plan, error) {
+	nodes, fromFile, err := o.nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	env := o.Env
 	if o.EnvFile != "" {
-		fileEnv, err := launch.ReadEnvFile(o.EnvFile)
+		fileEnv, err := launch.ReadEnvFile(ctx, o.EnvFile)
 		if err != nil {
 			return nil, err
 		}
 		env = append(fileEnv, env...) // --env wins over the file
+	}
+	if err := checkEnvSize(len(env), nodes); err != nil {
+		return nil, err
 	}
 	dir, err := o.workDir()
 	if err != nil {
@@ -191,6 +194,29 @@ func (o *RunOptions) workDir() (string, error) {
 	return dir, nil
 }
 
+// minHeartbeat is the shortest --heartbeat: each beat is a message to every
+// agent, and a host is declared lost after a few missed ones.
+const minHeartbeat = 100 * time.Millisecond
+
+// maxEnvEntries bounds the variables from --env and --env-file over all
+// ranks together: every rank's plan holds its own copy of each, and
+// --dry-run prints them all (about 200 bytes each).
+const maxEnvEntries = 1 << 22
+
+// checkEnvSize refuses more --env/--env-file variables than the job's ranks
+// can each hold within maxEnvEntries.
+func checkEnvSize(vars int, nodes []hostfiles.Node) error {
+	ranks := 0
+	for _, n := range nodes {
+		ranks += len(n.SlotIDs)
+	}
+	if ranks > 0 && vars > maxEnvEntries/ranks {
+		return &launch.UsageError{Err: fmt.Errorf("run: %d variables from --env and --env-file for each of %d ranks: at most %d per rank at this size; set fewer, or put them in a file the ranks read",
+			vars, ranks, maxEnvEntries/ranks)}
+	}
+	return nil
+}
+
 // check validates flag values that need no I/O.
 func (o *RunOptions) check() error {
 	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
@@ -199,14 +225,18 @@ func (o *RunOptions) check() error {
 		return usage("run: --auto lays out the built-in engine, which runs when no command is given; drop it or the command %q", o.Command[0])
 	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
 		return usage("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
-	case o.NprocPerNode < 1:
-		return usage("run: --nproc-per-node %d: must be at least 1", o.NprocPerNode)
+	case o.NprocPerNode < 1 || o.NprocPerNode > hostfiles.MaxSlotsPerHost:
+		return usage("run: --nproc-per-node %d: want 1 to %d ranks on this machine", o.NprocPerNode, hostfiles.MaxSlotsPerHost)
 	case o.MasterPort < 0 || o.MasterPort > 65535:
 		return usage("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
 	case o.MaxRestarts < 0:
 		return usage("run: --max-restarts %d: must be 0 or more", o.MaxRestarts)
 	case o.Grace < 0:
 		return usage("run: --grace-period %v: must not be negative", o.Grace)
+	case o.Heartbeat < minHeartbeat:
+		return usage("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
+	case o.JoinTimeout < 0:
+		return usage("run: --join-timeout %v: must not be negative", o.JoinTimeout)
 	case o.Output != "text" && o.Output != "json":
 		return usage("run: --output %q: want text or json", o.Output)
 	case o.Table != "auto" && o.Table != "always" && o.Table != "never":
@@ -217,7 +247,7 @@ func (o *RunOptions) check() error {
 
 // nodes returns the hosts and slots to run on: from the hostfile and its
 // filters, or this machine with --nproc-per-node slots.
-func (o *RunOptions) nodes() ([]hostfiles.Node, bool, error) {
+func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) {
 	if o.Hostfile == "" {
 		if o.Filter != (hostfiles.Filter{}) {
 			return nil, false, &launch.UsageError{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
@@ -231,11 +261,8 @@ func (o *RunOptions) nodes() ([]hostfiles.Node, bool, error) {
 	if o.NprocPerNode != 1 {
 		return nil, false, &launch.UsageError{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
 	}
-	hosts, err := hostfiles.ParseFile(o.Hostfile)
+	hosts, err := readHostfile(ctx, o.Hostfile)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, false, &launch.UsageError{Err: err}
-		}
 		return nil, false, err
 	}
 	nodes, err := hostfiles.Select(hosts, o.Filter)

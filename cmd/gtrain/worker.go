@@ -47,7 +47,7 @@ func NewCmdWorker(ios *IOStreams) *cobra.Command {
 }
 
 func workerRun(ctx context.Context, o *WorkerOptions) error {
-	spec, err := o.spec()
+	spec, err := o.spec(ctx)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 }
 
 // spec is the launcher's resolved spec, else the job file with overrides.
-func (o *WorkerOptions) spec() (train.Spec, error) {
+func (o *WorkerOptions) spec(ctx context.Context) (train.Spec, error) {
 	if js := o.IO.Getenv(EnvJobSpec); js != "" {
 		if o.Job != "" || len(o.Sets) > 0 {
 			return train.Spec{}, &launch.UsageError{Err: fmt.Errorf("worker: %s is set by the launcher; --job and --set cannot change it", EnvJobSpec)}
@@ -85,7 +85,7 @@ func (o *WorkerOptions) spec() (train.Spec, error) {
 		}
 		return spec, nil
 	}
-	spec, err := loadJob(o.Job, o.Sets)
+	spec, err := loadJob(ctx, o.Job, o.Sets)
 	if err != nil {
 		return spec, err
 	}
