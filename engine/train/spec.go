@@ -141,14 +141,35 @@ func (s Spec) SeqLen(c model.Config) int {
 	return c.Seq
 }
 
+// Upper bounds of the counts of a spec beyond the model's shape (see
+// model.MaxLayers). Each is far above what a run uses and keeps what is
+// computed from it bounded: a typo must be an error naming its key, not an
+// allocation or a loop without end.
+const (
+	MaxSteps      = 10_000_000 // a loss per step is kept in Result (GPT-3 took about 94k steps)
+	MaxMicroBatch = 1 << 16    // sequences per rank per micro-step
+	MaxGradAccum  = 1 << 16
+	MaxSynthetic  = 1 << 32 // tokens of the synthetic corpus, generated in memory (8 GiB)
+	MaxEvalBatch  = 1 << 16 // validation batches per evaluation
+	MaxThreads    = 4096    // compute goroutines per rank
+	MaxDP         = 1 << 20 // data-parallel ranks
+	MaxBucketMB   = 1 << 20 // MiB per gradient bucket (1 TiB)
+)
+
 // Validate reports the first setting that cannot run, naming its key.
 func (s Spec) Validate() error {
 	c, err := s.ModelConfig()
 	if err != nil {
-		return fmt.Errorf("job: model: %w", err)
+		return fmt.Errorf("job: %w", err) // "model: …", naming the key
+	}
+	if err := s.validateFloats(); err != nil {
+		return err
 	}
 	if err := s.Optim.Validate(); err != nil {
 		return fmt.Errorf("job: %w", err)
+	}
+	if err := s.validateBounds(); err != nil {
+		return err
 	}
 	if _, err := model.ParseRecompute(s.Recompute); err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -178,6 +199,52 @@ func (s Spec) Validate() error {
 	}
 	_, err = s.ZeroConfig()
 	return err
+}
+
+// validateBounds reports the first count above its upper bound.
+func (s Spec) validateBounds() error {
+	for _, b := range []struct {
+		key    string
+		v, max int
+	}{
+		{"steps", s.Steps, MaxSteps},
+		{"batch.micro_batch", s.Batch.MicroBatch, MaxMicroBatch},
+		{"batch.grad_accum", s.Batch.GradAccum, MaxGradAccum},
+		{"data.synthetic", s.Data.Synthetic, MaxSynthetic},
+		{"eval.batches", s.Eval.Batches, MaxEvalBatch},
+		{"threads", s.Threads, MaxThreads},
+		{"parallel.dp", s.Parallel.DP, MaxDP},
+	} {
+		if b.v > b.max {
+			return fmt.Errorf("job: %s %d: must be at most %d", b.key, b.v, b.max)
+		}
+	}
+	p := s.Parallel
+	if p.BucketMB > MaxBucketMB || p.FirstBucketMB > MaxBucketMB {
+		return fmt.Errorf("job: parallel.bucket_mb %g, parallel.first_bucket_mb %g: must be at most %d", p.BucketMB, p.FirstBucketMB, MaxBucketMB)
+	}
+	return nil
+}
+
+// validateFloats reports the first number of the spec that is NaN or
+// infinite: comparisons with NaN are all false, so every range check
+// after this one would let it through.
+func (s Spec) validateFloats() error {
+	o, l := s.Optim, s.LossScale
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{
+		{"optim.lr", o.LR}, {"optim.min_lr", o.MinLR}, {"optim.beta1", o.Beta1}, {"optim.beta2", o.Beta2},
+		{"optim.eps", o.Eps}, {"optim.weight_decay", o.WeightDecay}, {"optim.grad_clip", o.GradClip},
+		{"parallel.bucket_mb", s.Parallel.BucketMB}, {"parallel.first_bucket_mb", s.Parallel.FirstBucketMB},
+		{"loss_scale.initial_scale", l.InitialScale}, {"loss_scale.min_scale", l.MinScale}, {"loss_scale.static", l.Static},
+	} {
+		if !finite(f.v) {
+			return fmt.Errorf("job: %s %g: must be a finite number", f.key, f.v)
+		}
+	}
+	return nil
 }
 
 // ZeroConfig is the spec's data-parallel engine setup.

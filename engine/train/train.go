@@ -3,12 +3,15 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"runtime"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/backend"
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/data"
 	"github.com/gtrain/gtrain/engine/model"
@@ -33,6 +36,14 @@ type Env struct {
 	// StopAfter ends the run after this many steps in total, as an
 	// interruption would (tests of resume); 0 runs the spec's steps.
 	StopAfter int
+	// Preempt is closed when the rank is asked to stop for preemption
+	// (SIGTERM or SIGUSR1, forwarded by the agent). While the trainer is
+	// being built, it gives up promptly and saves nothing; while training,
+	// it finishes the current step, saves a checkpoint (when
+	// checkpoint.dir is set) and Run returns with Result.Preempted. Ranks
+	// agree on the step at which to stop even when the signal reaches them
+	// at different times. Nil: never.
+	Preempt <-chan struct{}
 }
 
 // Result is how a run ended.
@@ -43,6 +54,10 @@ type Result struct {
 	Checkpoint string    // the last checkpoint written, if any
 	Resumed    int       // the step the run resumed from (0 for a fresh run)
 	Skipped    int       // steps skipped for fp16 overflow, in the whole run
+	// Preempted: the run stopped early because Env.Preempt was closed (a
+	// nil error). Checkpoint is the one saved at the stop, if any; none is
+	// saved when the trainer was still being built.
+	Preempted bool
 }
 
 // Trainer holds one rank's model, its data-parallel state (parameters,
@@ -59,14 +74,24 @@ type Trainer struct {
 	x, y    []int32
 	step    int             // steps completed
 	runCtx  context.Context // Run's, for the collectives of checkpoints
+	saved   string          // the newest checkpoint this run saved or resumed from
 }
 
 // ctx is the context of the run in progress.
 func (t *Trainer) ctx() context.Context { return t.runCtx }
 
 // New builds a trainer from a spec: model initialised from the seed,
-// optimizer state zero, sampler at its start.
+// optimizer state zero, sampler at its start. It is NewContext that is
+// never cancelled.
 func New(spec Spec, env Env) (*Trainer, error) {
+	return NewContext(context.Background(), spec, env)
+}
+
+// NewContext is New that gives up when ctx ends (with its cause) or
+// env.Preempt is closed (with ErrPreempted), asked between the steps that
+// allocate and initialise. It refuses with a *MemoryError, before
+// allocating anything, a job that does not fit in this host's memory.
+func NewContext(ctx context.Context, spec Spec, env Env) (*Trainer, error) {
 	spec, err := spec.Resolved()
 	if err != nil {
 		return nil, err
@@ -82,10 +107,16 @@ func New(spec Spec, env Env) (*Trainer, error) {
 	}
 	cfg := spec.Model.Config
 	t := &Trainer{spec: spec, env: env}
+	if err := t.checkMemory(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.interrupted(ctx, "open data"); err != nil {
+		return nil, err
+	}
 	if t.train, t.val, err = openData(spec, cfg.Vocab); err != nil {
 		return nil, err
 	}
-	if err := t.build(); err != nil {
+	if err := t.build(ctx); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -93,8 +124,9 @@ func New(spec Spec, env Env) (*Trainer, error) {
 }
 
 // build allocates the model, the data-parallel engine, the sampler and the
-// batch buffers.
-func (t *Trainer) build() error {
+// batch buffers, giving up between steps (and between the tensors of the
+// initialisation) when ctx ends or the rank is preempted.
+func (t *Trainer) build(ctx context.Context) error {
 	spec, env, cfg := t.spec, t.env, t.spec.Model.Config
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	rc, _ := model.ParseRecompute(spec.Recompute)
@@ -105,8 +137,18 @@ func (t *Trainer) build() error {
 	// Every rank initialises the full model from the seed and keeps its own
 	// part: the same values on every rank, no broadcast needed.
 	flat := make([]float32, cfg.NumParams())
-	model.InitParams(cfg, spec.Seed, flat)
+	var stopped error
+	model.InitParamsUntil(cfg, spec.Seed, flat, func() bool {
+		stopped = t.interrupted(ctx, "initialise parameters")
+		return stopped != nil
+	})
+	if stopped != nil {
+		return stopped
+	}
 	if t.zero, err = zero.New(zc, cfg, env.Comm, flat); err != nil {
+		return err
+	}
+	if err := t.interrupted(ctx, "allocate activations"); err != nil {
 		return err
 	}
 	if t.model, err = model.NewWithStore(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc, t.zero); err != nil {
@@ -207,42 +249,83 @@ func (t *Trainer) Close() error {
 	return err
 }
 
-// Step is one optimizer step: the micro-batches of this rank's share of
-// the global batch forward and backward (gradients reduced over the ranks
-// as backward goes), then the engine's update. It returns the mean loss
-// over all ranks and the learning rate used.
-func (t *Trainer) Step() (loss float32, res zero.StepResult, lr float64, err error) {
+// stepOutcome is what one optimizer step produced.
+type stepOutcome struct {
+	loss float32 // mean over the ranks
+	res  zero.StepResult
+	lr   float64
+	stop bool // some rank was preempted: the job stops after this step
+}
+
+// diverged says that the step produced a value that is not finite and that
+// fp16 loss scaling could not absorb: training cannot go on.
+func (o stepOutcome) diverged() bool { return o.res.NonFinite && !o.res.Skipped }
+
+// trainStep is one optimizer step: the micro-batches of this rank's share
+// of the global batch forward and backward (gradients reduced over the
+// ranks as backward goes), the mean loss over the ranks, then the engine's
+// update, which a loss that is not finite replaces by an overflow (no
+// update). A step that diverged leaves t.step where it was.
+func (t *Trainer) trainStep() (o stepOutcome, err error) {
 	m, e, accum := t.model, t.zero, t.spec.Batch.GradAccum
 	dloss := float32(e.LossScale()) / float32(accum)
 	var sum float64
 	for i := range accum {
 		e.BeginMicro(i, accum)
 		if err := t.sampler.Next(t.x, t.y); err != nil {
-			return 0, res, 0, err
+			return o, err
 		}
 		l, err := m.Forward(t.x, t.y)
 		if err != nil {
-			return 0, res, 0, err
+			return o, err
 		}
 		sum += float64(l)
 		m.Backward(dloss)
 	}
-	lr = t.spec.Optim.LRAt(t.step)
-	if res, err = e.Step(lr); err != nil {
-		return 0, res, 0, err
+	if o.loss, o.stop, err = t.meanLoss(float32(sum / float64(accum))); err != nil {
+		return o, err
 	}
-	mean := []float32{float32(sum / float64(accum))}
-	if err := e.Mean(mean); err != nil {
-		return 0, res, 0, err
+	o.lr = t.spec.Optim.LRAt(t.step)
+	if finite(float64(o.loss)) {
+		o.res, err = e.Step(o.lr)
+	} else {
+		o.res, err = e.Overflow()
 	}
-	t.step++
-	return mean[0], res, lr, nil
+	if err != nil {
+		return o, err
+	}
+	if !o.diverged() {
+		t.step++
+	}
+	return o, nil
 }
 
-// Run trains until the spec's steps (or env.StopAfter) are done or ctx ends,
-// checkpointing as the spec says.
+// meanLoss averages the loss over the ranks and, in the same all-reduce,
+// whether any rank has been preempted: the average of 0s and 1s is above
+// 0 on every rank as soon as one rank says 1, so all ranks stop after the
+// same step at the cost of no extra collective. The gradient reductions
+// still in flight finish first (the update needs them anyway).
+func (t *Trainer) meanLoss(loss float32) (float32, bool, error) {
+	v := []float32{loss, 0}
+	if preempted(t.env.Preempt) {
+		v[1] = 1
+	}
+	if err := t.zero.Err(); err != nil {
+		return 0, false, err
+	}
+	if err := t.zero.Mean(v); err != nil {
+		return 0, false, err
+	}
+	return v[0], v[1] > 0, nil
+}
+
+// Run trains until the spec's steps (or env.StopAfter) are done, ctx ends
+// or the rank is preempted, checkpointing as the spec says.
 func Run(ctx context.Context, spec Spec, env Env) (Result, error) {
-	t, err := New(spec, env)
+	t, err := NewContext(ctx, spec, env)
+	if errors.Is(err, ErrPreempted) {
+		return Result{Preempted: true}, nil
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -258,6 +341,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if err := t.prepareCheckpoints(&res); err != nil {
 		return res, err
 	}
+	if res.Resumed > 0 {
+		t.saved = filepath.Join(t.spec.Checkpoint.Dir, ckpt.StepDirName(int64(res.Resumed)))
+	}
 	last := t.spec.Steps
 	if t.env.StopAfter > 0 {
 		last = min(last, t.env.StopAfter)
@@ -265,33 +351,59 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	tokens := t.spec.Batch.MicroBatch * t.spec.Batch.Seq * t.spec.Batch.GradAccum * t.env.World
 	t.logf("gtrain engine: %s, %d parameters, %d steps of %d tokens, %s, %d threads per rank, starting at step %d",
 		t.describeModel(), t.model.Config.NumParams(), t.spec.Steps, tokens, t.describeLayout(), t.spec.threads(t.env), t.step)
-	for t.step < last {
+	for t.step < last && !res.Preempted {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("train: stopped at step %d: %w", t.step, context.Cause(ctx))
 		}
-		start := time.Now()
-		loss, sr, lr, err := t.Step()
-		if err != nil {
-			return res, fmt.Errorf("train: step %d: %w", t.step+1, err)
+		if testHookStep != nil {
+			testHookStep(t)
 		}
-		elapsed := time.Since(start)
-		res.Losses = append(res.Losses, loss)
-		rec := t.record(loss, sr, lr, elapsed, tokens)
-		if t.eval != nil && (t.step%t.spec.Eval.Every == 0 || t.step == t.spec.Steps) {
-			if res.ValLoss, err = t.Evaluate(); err != nil {
-				return res, err
-			}
-			rec.ValLoss = &res.ValLoss
-		}
-		t.report(rec)
-		if t.checkpointDue() {
-			if res.Checkpoint, err = t.SaveCheckpoint(); err != nil {
-				return res, err
-			}
+		if err := t.runStep(&res, tokens); err != nil {
+			res.Steps, res.Skipped = t.step, t.zero.Scaler().Skipped
+			return res, err
 		}
 	}
 	res.Steps, res.Skipped = t.step, t.zero.Scaler().Skipped
 	return res, nil
+}
+
+// runStep takes one step and does what follows it: the status record,
+// evaluation, a checkpoint when one is due or the job is preempted. A
+// step whose numbers are not finite ends the run with a *DivergedError,
+// after its record, and saves nothing.
+func (t *Trainer) runStep(res *Result, tokens int) error {
+	start := time.Now()
+	o, err := t.trainStep()
+	if err != nil {
+		return fmt.Errorf("train: step %d: %w", t.step+1, err)
+	}
+	rec := t.record(t.step, o, time.Since(start), tokens)
+	if o.diverged() {
+		rec.Step = t.step + 1
+		t.report(rec)
+		return t.diverged(rec)
+	}
+	res.Losses = append(res.Losses, o.loss)
+	if t.eval != nil && (t.step%t.spec.Eval.Every == 0 || t.step == t.spec.Steps) {
+		if res.ValLoss, err = t.Evaluate(); err != nil {
+			return err
+		}
+		rec.ValLoss = &res.ValLoss
+	}
+	t.report(rec)
+	if rec.ValLoss != nil && !finite(float64(*rec.ValLoss)) {
+		return t.diverged(rec)
+	}
+	if t.checkpointDue() || o.stop && t.spec.Checkpoint.Dir != "" {
+		if res.Checkpoint, err = t.save(); err != nil {
+			return err
+		}
+	}
+	if o.stop {
+		res.Preempted = true
+		t.logPreempted(res.Checkpoint)
+	}
+	return nil
 }
 
 // Evaluate is the mean loss over the validation batches, over all ranks

@@ -1,0 +1,228 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/model"
+	"github.com/gtrain/gtrain/engine/zero"
+)
+
+// MemoryEstimate is the memory one rank of a job needs, by category, in
+// bytes, worked out before anything is allocated. Figures are float64:
+// for shapes near the spec's bounds they exceed an int64, and such a job
+// must still be refused with its number rather than overflow.
+type MemoryEstimate struct {
+	Params, Grads, Optimizer float64 // as the status records report them (engine/zero)
+	Activations              float64 // kept for backward, recomputed, and backward's scratch
+	Buffers                  float64 // buckets, gathered layers, conversion scratch (an upper estimate)
+	// Init is the fp32 copy of every parameter that initialisation fills
+	// before the engine takes its part; it is garbage once training
+	// starts, but the peak holds it.
+	Init float64
+	// Data is the synthetic corpus; token files are mapped, not counted.
+	Data float64
+}
+
+// Total is the sum of every category.
+func (m MemoryEstimate) Total() float64 {
+	return m.Params + m.Grads + m.Optimizer + m.Activations + m.Buffers + m.Init + m.Data
+}
+
+// EstimateMemory is what rank of world ranks needs to train spec, which
+// must be resolved and fitted to world (New does both).
+func EstimateMemory(spec Spec, world, rank int) (MemoryEstimate, error) {
+	zc, err := spec.ZeroConfig()
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	cfg := spec.Model.Config
+	rc, err := model.ParseRecompute(spec.Recompute)
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	z := zero.Estimate(zc, cfg, world, rank)
+	m := MemoryEstimate{
+		Params: float64(z.Params), Grads: float64(z.Grads), Optimizer: float64(z.Optimizer), Buffers: float64(z.Buffers),
+		Activations: activationBytes(cfg, spec.Batch.MicroBatch, spec.Batch.Seq, rc, spec.threads(Env{LocalWorld: world})),
+		Init:        4 * float64(cfg.NumParams()),
+	}
+	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
+		m.Data = 2 * float64(spec.Data.Synthetic+max(spec.Data.Synthetic/10, spec.Batch.Seq+2))
+	}
+	return m, nil
+}
+
+// activationBytes is what engine/model allocates for a micro-batch of B
+// sequences of T tokens (4-byte elements, no dropout): per block the
+// LayerNorm inputs and statistics, Q, K and V, the attention output, the
+// residual after attention, the MLP's input and GELU output (15 N·C + 4 N
+// for N = B·T tokens of C channels), kept by every block unless a full
+// recompute keeps one; the attention probabilities (B·heads·T²), kept by
+// every block without recomputation and by one block otherwise; the block
+// inputs; the head (final LayerNorm, logits, losses); backward's
+// activation gradients (14 N·C) and the attention kernel's scratch.
+func activationBytes(c model.Config, B, T int, rc model.Recompute, threads int) float64 {
+	n, C, L := float64(B)*float64(T), float64(c.Embd), float64(c.Layers)
+	blocks, probs := L, L
+	switch rc {
+	case model.RecomputeFull:
+		blocks, probs = 1, 1
+	case model.RecomputeSelective:
+		probs = 1
+	}
+	att := float64(B) * float64(c.Heads) * float64(T) * float64(T)
+	kept := blocks*(15*n*C+4*n) + probs*att + (L+1)*n*C
+	head := 2*n*C + 3*n + n*float64(c.Vocab) // projection output, final norm and its statistics, logits, losses
+	scratch := 14*n*C + float64(max(threads, 1))*float64(T)*float64(T)
+	return 4 * (kept + head + scratch)
+}
+
+// memLimit is an amount of memory, in bytes, and where it was read.
+type memLimit struct {
+	bytes float64
+	from  string
+}
+
+func (l memLimit) known() bool { return l.from != "" }
+
+// MemoryError is a job that does not fit in the memory of a host: found
+// before anything is allocated, a usage error.
+type MemoryError struct {
+	Need  MemoryEstimate // per rank
+	Ranks int            // ranks of the job on the host
+	// Limit is the memory the ranks cannot exceed (bytes) and From where
+	// it was read; with PerProcess it bounds each rank alone (ulimit -v).
+	Limit      float64
+	From       string
+	PerProcess bool
+	Now        float64 // bytes available at the moment (0: unknown)
+	Other      bool    // another rank's host refused (this one fits)
+}
+
+func (e *MemoryError) Error() string {
+	if e.Other {
+		return "train: the job does not fit in the memory of another rank's host (see that rank's error)"
+	}
+	n := e.Need
+	states := n.Params + n.Grads + n.Optimizer + n.Init
+	per := fmt.Sprintf("activations %s, parameters, gradients and optimizer %s", humanBytes(n.Activations), humanBytes(states))
+	if n.Buffers > 0 {
+		per += ", buffers " + humanBytes(n.Buffers)
+	}
+	if n.Data > 0 {
+		per += ", synthetic data " + humanBytes(n.Data)
+	}
+	ranks, has := "", fmt.Sprintf("each process may map at most %s (%s)", humanBytes(e.Limit), e.From)
+	if !e.PerProcess {
+		if e.Ranks > 1 {
+			ranks = fmt.Sprintf(" × %d ranks on this host", e.Ranks)
+		}
+		has = fmt.Sprintf("this host has %s of memory (%s", humanBytes(e.Limit), e.From)
+		if e.Now > 0 {
+			has += fmt.Sprintf("; %s available now", humanBytes(e.Now))
+		}
+		has += ")"
+	}
+	return fmt.Sprintf("train: the job needs about %s of memory per rank (%s)%s, but %s: %s",
+		humanBytes(n.Total()), per, ranks, has, e.hint())
+}
+
+// hint says what shrinks the largest part of the estimate.
+func (e *MemoryError) hint() string {
+	n := e.Need
+	states := n.Params + n.Grads + n.Optimizer + n.Init + n.Buffers
+	switch {
+	case n.Data > states && n.Data > n.Activations:
+		return "lower data.synthetic, or train on a token file (data.train)"
+	case n.Activations >= states:
+		return "lower batch.micro_batch (raising batch.grad_accum keeps the global batch) or batch.seq, or set recompute to selective or full"
+	}
+	return "use a smaller model, precision bf16, or more ranks with a higher parallel.zero_stage"
+}
+
+// CheckMemory refuses, with a *MemoryError, a job whose world ranks, all on
+// this host, need more memory than the host has: for the launcher to call
+// before it starts any rank. Each rank checks again in New (hosts of a
+// multi-host job, and resumes on another rank count). A spec that cannot
+// run at world ranks at all passes: the ranks report why.
+func CheckMemory(spec Spec, world int) error {
+	spec, err := spec.Resolved()
+	if err != nil {
+		return nil
+	}
+	world = max(world, 1)
+	if spec, err = fitDP(spec, Env{World: world, Resume: true}); err != nil {
+		return nil
+	}
+	_, err = fitsHost(spec, world, 0, world)
+	return err
+}
+
+// fitsHost compares the estimate of local ranks (each as rank's) with the
+// host's memory. It refuses a job beyond what the host (or its cgroup, or
+// one process) can ever hold, and only warns about one beyond what is
+// available at the moment: that changes from second to second on a shared
+// host, and refusing on it would make a job's start a matter of luck.
+func fitsHost(spec Spec, world, rank, local int) (warning string, err error) {
+	need, err := EstimateMemory(spec, world, rank)
+	if err != nil {
+		return "", nil // the spec's own error is reported where it is used
+	}
+	local = max(local, 1)
+	all := need.Total() * float64(local)
+	capacity, now, process := hostMemory()
+	e := &MemoryError{Need: need, Ranks: local, Now: now.bytes}
+	switch {
+	case capacity.known() && all > capacity.bytes:
+		e.Limit, e.From = capacity.bytes, capacity.from
+		return "", e
+	case process.known() && need.Total() > process.bytes:
+		e.Limit, e.From, e.PerProcess = process.bytes, process.from, true
+		return "", e
+	case now.known() && all > now.bytes:
+		return fmt.Sprintf("train: the job needs about %s of memory on this host, but only %s is available now (%s): it may run out of memory",
+			humanBytes(all), humanBytes(now.bytes), now.from), nil
+	}
+	return "", nil
+}
+
+// checkMemory is a rank's memory check in New. Every rank takes part, so
+// that they all stop when one host is too small instead of the others
+// waiting for it in their first collective.
+func (t *Trainer) checkMemory(ctx context.Context) error {
+	warning, err := fitsHost(t.spec, t.env.World, t.env.Rank, t.env.LocalWorld)
+	if warning != "" && t.env.Rank == 0 {
+		t.env.Warn(warning)
+	}
+	if t.env.Comm == nil {
+		return err
+	}
+	flag := []float32{0}
+	if err != nil {
+		flag[0] = 1
+	}
+	if cerr := t.env.Comm.AllReduce(ctx, comm.F32(flag), comm.Max); cerr != nil {
+		return fmt.Errorf("train: memory check: %w", cerr)
+	}
+	if err == nil && flag[0] > 0 {
+		return &MemoryError{Other: true}
+	}
+	return err
+}
+
+// humanBytes formats n bytes in binary units: "512 B", "1.5 GiB".
+func humanBytes(n float64) string {
+	const units = "KMGTPEZY"
+	if n < 1024 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+	i := -1
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", n), ".0") + " " + string(units[i]) + "iB"
+}
