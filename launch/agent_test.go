@@ -62,6 +62,9 @@ func TestAgentStdinEOF(t *testing.T) {
 	if types[proto.EventJoined] != 1 || types[proto.EventRankExited] != 2 || types[proto.EventDone] != 1 {
 		t.Errorf("event counts = %v, want joined 1, rank_exited 2, done 1", types)
 	}
+	if len(pids) != 2 {
+		t.Fatalf("rank pids = %v, want 2", pids)
+	}
 	for _, pid := range pids {
 		if proctest.Alive(pid) {
 			t.Errorf("rank pid %d survived stdin EOF", pid)

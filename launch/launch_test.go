@@ -33,16 +33,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// recorder is a status.View that keeps every event.
+// recorder is a status.View that keeps every event; on, if set, sees
+// each one as it arrives.
 type recorder struct {
 	mu     sync.Mutex
 	events []proto.Event
+	on     func(proto.Event)
 }
 
 func (r *recorder) Event(ev proto.Event) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	if r.on != nil {
+		r.on(ev)
+	}
 }
 
 func (r *recorder) Close() error { return nil }
@@ -82,12 +87,17 @@ func localNodes(n int) []hostfiles.Node {
 // runJob runs script under sh as every rank of an n-rank local job.
 func runJob(t *testing.T, ctx context.Context, n int, grace time.Duration, script string) (*recorder, error) {
 	t.Helper()
+	return runJobWith(t, ctx, n, grace, nil, &recorder{}, script)
+}
+
+// runJobWith is runJob with env for every rank, reporting to rec.
+func runJobWith(t *testing.T, ctx context.Context, n int, grace time.Duration, env []string, rec *recorder, script string) (*recorder, error) {
+	t.Helper()
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
-	p, err := NewPlan(Options{Nodes: localNodes(n), Command: []string{"sh", "-c", script}, Grace: grace, Heartbeat: time.Second})
+	p, err := NewPlan(Options{Nodes: localNodes(n), Command: []string{"sh", "-c", script}, Grace: grace, Heartbeat: time.Second, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
 	tr := &Local{Exe: os.Args[0]}
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, p, Runtime{Transport: tr, View: rec, AgentGrace: 5 * time.Second}) }()
@@ -120,7 +130,11 @@ func TestRunSuccess(t *testing.T) {
 	if got := len(rec.ofType(proto.EventRankStarted)); got != 3 {
 		t.Errorf("rank_started events = %d, want 3", got)
 	}
-	for _, ev := range rec.ofType(proto.EventRankExited) {
+	exits := rec.ofType(proto.EventRankExited)
+	if len(exits) != 3 {
+		t.Errorf("rank_exited events = %d, want 3", len(exits))
+	}
+	for _, ev := range exits {
 		if ev.Code != 0 || ev.Killed {
 			t.Errorf("rank %d exited code=%d killed=%v, want 0", ev.Rank, ev.Code, ev.Killed)
 		}
@@ -147,10 +161,12 @@ func TestRunSuccess(t *testing.T) {
 
 // TestRunFailureTearsDown: the first rank to fail stops every other rank and
 // everything they spawned, and its code, output and host are reported.
+// Rank 2 fails once ranks 0 and 1 have announced their pids (files in
+// $DIR), so that there is something to tear down whatever the load.
 func TestRunFailureTearsDown(t *testing.T) {
-	script := `if [ "$RANK" = 2 ]; then sleep 0.3; echo "bad things" >&2; exit 5; fi
-sleep 300 & echo "pid=$!"; echo "pid=$$"; wait`
-	rec, err := runJob(t, t.Context(), 3, 2*time.Second, script)
+	script := `if [ "$RANK" = 2 ]; then until [ -e "$DIR/0" ] && [ -e "$DIR/1" ]; do sleep 0.01; done; echo "bad things" >&2; exit 5; fi
+sleep 300 & echo "pid=$!"; echo "pid=$$"; : > "$DIR/$RANK"; wait`
+	rec, err := runJobWith(t, t.Context(), 3, 2*time.Second, []string{"DIR=" + t.TempDir()}, &recorder{}, script)
 	var rf *RankFailedError
 	if !errors.As(err, &rf) {
 		t.Fatalf("Run error = %v, want *RankFailedError", err)
@@ -173,7 +189,11 @@ sleep 300 & echo "pid=$!"; echo "pid=$$"; wait`
 			t.Errorf("pid %d survived teardown", pid)
 		}
 	}
-	for _, ev := range rec.ofType(proto.EventRankExited) {
+	exits := rec.ofType(proto.EventRankExited)
+	if len(exits) != 3 {
+		t.Errorf("rank_exited events = %d, want 3", len(exits))
+	}
+	for _, ev := range exits {
 		if ev.Rank != 2 && !ev.Killed {
 			t.Errorf("rank %d not marked killed by teardown: %+v", ev.Rank, ev)
 		}
@@ -181,12 +201,12 @@ sleep 300 & echo "pid=$!"; echo "pid=$$"; wait`
 }
 
 // TestRunGraceThenKill: a rank that ignores SIGTERM is SIGKILLed after the
-// grace period.
+// grace period. Rank 1 fails once rank 0 ignores SIGTERM (a file says so).
 func TestRunGraceThenKill(t *testing.T) {
-	script := `if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi
-trap '' TERM; echo "pid=$$"; while :; do sleep 0.1; done`
+	script := `if [ "$RANK" = 1 ]; then until [ -e "$DIR/trapped" ]; do sleep 0.01; done; exit 3; fi
+trap '' TERM; : > "$DIR/trapped"; while :; do sleep 0.1; done`
 	start := time.Now()
-	rec, err := runJob(t, t.Context(), 2, 500*time.Millisecond, script)
+	rec, err := runJobWith(t, t.Context(), 2, 500*time.Millisecond, []string{"DIR=" + t.TempDir()}, &recorder{}, script)
 	var rf *RankFailedError
 	if !errors.As(err, &rf) || rf.Code != 3 {
 		t.Fatalf("Run error = %v, want rank failure with code 3", err)
@@ -194,17 +214,24 @@ trap '' TERM; echo "pid=$$"; while :; do sleep 0.1; done`
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("teardown took %v", d)
 	}
+	var rank0 []proto.Event
 	for _, ev := range rec.ofType(proto.EventRankExited) {
-		if ev.Rank == 0 && (ev.Signal != "SIGKILL" || !ev.Killed) {
-			t.Errorf("rank 0 exit = signal %q killed %v, want SIGKILL by teardown", ev.Signal, ev.Killed)
+		if ev.Rank == 0 {
+			rank0 = append(rank0, ev)
 		}
+	}
+	if len(rank0) != 1 || rank0[0].Signal != "SIGKILL" || !rank0[0].Killed {
+		t.Errorf("rank 0 exits = %+v, want one, by SIGKILL in teardown", rank0)
 	}
 }
 
 // TestRunSweepsEscapedProcesses: a process that left its rank's process group
-// (setsid) is still killed when the job ends.
+// (setsid) is still killed when the job ends. The rank ends only once the
+// process has left (it writes a file after setsid), so that the group kill
+// cannot be what ends it: the agent must say it swept it.
 func TestRunSweepsEscapedProcesses(t *testing.T) {
-	rec, err := runJob(t, t.Context(), 1, time.Second, `setsid sleep 300 & echo "pid=$!"; sleep 0.2`)
+	script := `setsid sh -c ': > "$DIR/escaped"; exec sleep 300' & echo "pid=$!"; until [ -e "$DIR/escaped" ]; do sleep 0.01; done`
+	rec, err := runJobWith(t, t.Context(), 1, time.Second, []string{"DIR=" + t.TempDir()}, &recorder{}, script)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -215,24 +242,43 @@ func TestRunSweepsEscapedProcesses(t *testing.T) {
 	if proctest.Alive(pids[0]) {
 		t.Errorf("escaped pid %d survived the job", pids[0])
 	}
+	var swept bool
+	for _, ev := range rec.ofType(proto.EventNotice) {
+		swept = swept || strings.Contains(ev.Message, "outlived their rank")
+	}
+	if !swept {
+		t.Error("the agent did not report sweeping the escaped process")
+	}
 }
 
+// TestRunInterrupted: an interrupt once both ranks run (they have printed
+// their pids) ends them, and Run reports the interrupt.
 func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		cancel(&InterruptedError{Signal: syscall.SIGINT})
-	}()
-	rec, err := runJob(t, ctx, 2, time.Second, `echo "pid=$$"; exec sleep 300`)
+	var mu sync.Mutex
+	seen := 0
+	rec := &recorder{on: func(ev proto.Event) {
+		if ev.Type != proto.EventLog || len(pidsIn([]string{ev.Line})) == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen++; seen == 2 {
+			cancel(&InterruptedError{Signal: syscall.SIGINT})
+		}
+	}}
+	_, err := runJobWith(t, ctx, 2, time.Second, nil, rec, `echo "pid=$$"; exec sleep 300`)
 	var ie *InterruptedError
 	if !errors.As(err, &ie) || ie.Code() != 130 {
 		t.Fatalf("Run error = %v, want *InterruptedError with code 130", err)
 	}
 	for r := range 2 {
-		for _, pid := range pidsIn(rec.lines(r)) {
-			if proctest.Alive(pid) {
-				t.Errorf("rank %d pid %d survived the interrupt", r, pid)
-			}
+		pids := pidsIn(rec.lines(r))
+		if len(pids) != 1 {
+			t.Fatalf("rank %d pids = %v, want its own", r, pids)
+		}
+		if proctest.Alive(pids[0]) {
+			t.Errorf("rank %d pid %d survived the interrupt", r, pids[0])
 		}
 	}
 }
