@@ -2,8 +2,11 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/data"
@@ -26,29 +29,137 @@ func NewestValid(dir string) (*ckpt.Checkpoint, bool) {
 	return c, err == nil
 }
 
-// prepareCheckpoints restores the newest valid checkpoint when resuming, and
-// otherwise refuses a directory that holds another run's checkpoints.
-func (t *Trainer) prepareCheckpoints(res *Result) error {
+// prepareCheckpoints makes the checkpoint directory this run's and
+// restores the checkpoint to start from. Rank 0 takes the directory's
+// writer lock (held until release) and checks that it can write there, so
+// that a directory in use or unwritable fails the run before its first
+// step rather than at its first checkpoint. Then: a restart resumes from
+// the newest valid checkpoint, if any; a resume from the one asked for, or
+// the newest; a fresh run refuses a directory that holds another run's
+// checkpoints.
+func (t *Trainer) prepareCheckpoints(res *Result) (release func(), err error) {
 	dir := t.spec.Checkpoint.Dir
 	if dir == "" {
-		return nil
+		return func() {}, nil
 	}
-	if !t.env.Resume {
-		if c, ok := NewestValid(dir); ok {
-			return fmt.Errorf("train: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
-				dir, filepath.Base(c.Dir), dir)
+	lock, err := t.lockDir()
+	release = func() {
+		if err := lock.Unlock(); err != nil {
+			t.env.Warn(fmt.Sprintf("train: unlock %s: %v", dir, err))
 		}
-		return nil
 	}
-	c, err := ckpt.Latest(dir, t.env.Warn)
+	if err = t.agree(err, "could not use checkpoint.dir "+dir); err != nil {
+		release()
+		return nil, err
+	}
+	c, err := t.startingPoint()
+	if err == nil && c != nil {
+		err = t.resumeFrom(c, res)
+	}
 	if err != nil {
-		return fmt.Errorf("train: resume from %s: %w", dir, err)
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// lockDir is rank 0's part of prepareCheckpoints: it creates the checkpoint
+// directory, takes its writer lock and checks that it is writable. Other
+// ranks hold no lock (nil).
+func (t *Trainer) lockDir() (*ckpt.DirLock, error) {
+	if t.env.Rank != 0 {
+		return nil, nil
+	}
+	dir := t.spec.Checkpoint.Dir
+	lock, err := ckpt.LockWriter(dir, ckpt.ThisProcess(t.env.RunID, ""))
+	if err == nil {
+		if err = ckpt.CheckWritable(dir); err != nil {
+			lock.Unlock()
+		}
+	}
+	switch {
+	case err == nil:
+		return lock, nil
+	case errors.As(err, new(*ckpt.LockedError)):
+		return nil, fmt.Errorf("train: checkpoint.dir: %w", err)
+	}
+	return nil, fmt.Errorf("train: checkpoint.dir: %w; set checkpoint.dir to a directory this user can create and write to", err)
+}
+
+// startingPoint is the checkpoint the run starts from, nil for a fresh
+// start.
+func (t *Trainer) startingPoint() (*ckpt.Checkpoint, error) {
+	dir, env := t.spec.Checkpoint.Dir, t.env
+	switch {
+	case env.Restart:
+		// A restart continues this job: from its newest checkpoint, not from
+		// the step the job was resumed from.
+		c, err := ckpt.Latest(dir, env.Warn)
+		if errors.Is(err, ckpt.ErrNoCheckpoint) && !env.Resume {
+			t.logf("restart: no valid checkpoint in %s yet: starting afresh", dir)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("train: restart: resume from %s: %w", dir, err)
+		}
+		return c, nil
+	case env.ResumeFrom != "":
+		c, err := ckpt.Open(env.ResumeFrom)
+		if err != nil {
+			return nil, fmt.Errorf("train: resume from %s: %w", env.ResumeFrom, err)
+		}
+		return c, nil
+	case env.Resume:
+		c, err := ckpt.Latest(dir, env.Warn)
+		if err != nil {
+			return nil, fmt.Errorf("train: resume from %s: %w", dir, err)
+		}
+		return c, nil
+	}
+	if c, ok := NewestValid(dir); ok {
+		return nil, fmt.Errorf("train: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
+			dir, filepath.Base(c.Dir), dir)
+	}
+	return nil, nil
+}
+
+// resumeFrom loads c. Resumed from an older checkpoint than the newest
+// (asked for explicitly), rank 0 first sets the newer step directories
+// aside: this run's steps must not mix with those of the history it
+// abandons.
+func (t *Trainer) resumeFrom(c *ckpt.Checkpoint, res *Result) error {
+	if t.env.ResumeFrom != "" && !t.env.Restart {
+		var err error
+		if t.env.Rank == 0 {
+			err = t.setAside(c)
+		}
+		if err = t.agree(err, "could not set newer checkpoints aside"); err != nil {
+			return err
+		}
 	}
 	if err := t.load(c); err != nil {
 		return err
 	}
 	res.Resumed = t.step
-	t.logf("resumed from %s at step %d", c.Dir, t.step)
+	how := "resumed"
+	if t.env.Restart {
+		how = "restart: resumed"
+	}
+	t.logf("%s from %s at step %d", how, c.Dir, t.step)
+	return nil
+}
+
+// setAside moves the step directories newer than c out of the way.
+func (t *Trainer) setAside(c *ckpt.Checkpoint) error {
+	dir := t.spec.Checkpoint.Dir
+	dest, moved, err := ckpt.SetAside(dir, c.Step(), time.Now())
+	if len(moved) > 0 {
+		t.logf("resuming from %s, older than the newest step directory: moved %s to %s",
+			filepath.Base(c.Dir), strings.Join(moved, ", "), dest)
+	}
+	if err != nil {
+		return fmt.Errorf("train: resume from %s: %w", c.Dir, err)
+	}
 	return nil
 }
 
@@ -115,7 +226,7 @@ func (t *Trainer) SaveCheckpoint() (string, error) {
 		}
 		err = ckpt.Commit(dir, man, t.spec.Checkpoint.Keep, t.env.Warn)
 	}
-	if err = t.agree(err); err != nil {
+	if err = t.agree(err, "could not commit the checkpoint"); err != nil {
 		return "", fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
 	}
 	return filepath.Join(dir, ckpt.StepDirName(int64(t.step))), nil

@@ -64,8 +64,9 @@ func (t *Trainer) shareFiles(f ckpt.File, werr error) ([]ckpt.File, error) {
 }
 
 // agree makes rank 0's outcome (err on rank 0) every rank's: rank 0
-// broadcasts whether it succeeded.
-func (t *Trainer) agree(err error) error {
+// broadcasts whether it succeeded; the others fail saying that rank 0
+// failed to do what (e.g. "could not commit the checkpoint").
+func (t *Trainer) agree(err error, what string) error {
 	if t.env.Comm == nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func (t *Trainer) agree(err error) error {
 		return errors.Join(err, berr)
 	}
 	if err == nil && ok[0] != 1 {
-		return errors.New("rank 0 could not commit the checkpoint (see its log)")
+		return fmt.Errorf("rank 0 %s (see its log)", what)
 	}
 	return err
 }

@@ -33,6 +33,14 @@ type Env struct {
 	// checkpoint directory; without it, a directory that already holds
 	// checkpoints is an error rather than something to overwrite.
 	Resume bool
+	// ResumeFrom is a step directory to resume from instead of the newest
+	// (implies Resume); newer step directories are set aside (ckpt.SetAside).
+	ResumeFrom string
+	// Restart: this rank belongs to a restart of the same job. It resumes
+	// from the newest valid checkpoint if there is one, else starts afresh.
+	Restart bool
+	// RunID is the job's id, recorded as the owner of the writer lock.
+	RunID string
 	// StopAfter ends the run after this many steps in total, as an
 	// interruption would (tests of resume); 0 runs the spec's steps.
 	StopAfter int
@@ -102,6 +110,7 @@ func NewContext(ctx context.Context, spec Spec, env Env) (*Trainer, error) {
 	if env.Warn == nil {
 		env.Warn = func(string) {}
 	}
+	env.Resume = env.Resume || env.ResumeFrom != ""
 	if spec, err = fitDP(spec, env); err != nil {
 		return nil, err
 	}
@@ -338,9 +347,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	var res Result
 	t.runCtx = ctx
 	t.zero.Bind(ctx)
-	if err := t.prepareCheckpoints(&res); err != nil {
+	release, err := t.prepareCheckpoints(&res)
+	if err != nil {
 		return res, err
 	}
+	defer release()
 	if res.Resumed > 0 {
 		t.saved = filepath.Join(t.spec.Checkpoint.Dir, ckpt.StepDirName(int64(res.Resumed)))
 	}

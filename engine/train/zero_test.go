@@ -226,9 +226,11 @@ func resave(t *testing.T, spec Spec, n int, from, to string) {
 		defer tr.Close()
 		tr.runCtx = ctx
 		tr.zero.Bind(ctx)
-		if err := tr.prepareCheckpoints(&Result{}); err != nil {
+		release, err := tr.prepareCheckpoints(&Result{})
+		if err != nil {
 			return err
 		}
+		defer release()
 		tr.spec.Checkpoint.Dir = to
 		_, err = tr.SaveCheckpoint()
 		return err
