@@ -2,7 +2,6 @@ package dist
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -140,29 +139,72 @@ func TestInitWrongSecret(t *testing.T) {
 
 // TestInitRetriesBusyStore: while the store's handshake slots are all
 // taken (connections that never authenticate), a rank is refused as busy;
-// Init retries until a slot frees instead of failing the job.
+// Init retries until a slot frees instead of failing the job. The idle
+// connections hold their slots until the test closes them, once the
+// server has refused Init at least once.
 func TestInitRetriesBusyStore(t *testing.T) {
 	secret, _ := rendezvous.NewSecret()
-	srv, err := rendezvous.Listen(rendezvous.Config{Addr: "127.0.0.1:0", Secret: secret, HandshakeTimeout: 700 * time.Millisecond})
+	var mu sync.Mutex
+	busy := 0
+	srv, err := rendezvous.Listen(rendezvous.Config{Addr: "127.0.0.1:0", Secret: secret, HandshakeTimeout: time.Minute,
+		Log: func(line string) {
+			if strings.Contains(line, "too many connections authenticating") {
+				mu.Lock()
+				busy++
+				mu.Unlock()
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
 	go srv.Serve(context.Background())
+	refused := func() int { mu.Lock(); defer mu.Unlock(); return busy }
+	var idle []net.Conn
 	for range 80 { // more than the server authenticates at once
 		nc, err := net.Dial("tcp", srv.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close()
+		idle = append(idle, nc)
 	}
-	time.Sleep(100 * time.Millisecond) // let the server take them
-	if _, err := rendezvous.Dial(context.Background(), srv.Addr().String(), secret); !errors.Is(err, rendezvous.ErrBusy) {
-		t.Fatalf("a plain dial while full: %v, want ErrBusy (the test's premise)", err)
+	// The server takes the connections in order: once it has refused one,
+	// every slot is held by an idle connection.
+	backstop := time.Now().Add(20 * time.Second)
+	for refused() == 0 {
+		if time.Now().After(backstop) {
+			t.Fatal("the server refused none of 80 idle connections (the test's premise)")
+		}
+		time.Sleep(time.Millisecond)
 	}
-	w, err := Init(context.Background(), Env{Rank: 0, WorldSize: 1, StoreAddr: srv.Addr().String(), Secret: secret}, Options{})
-	if err != nil {
-		t.Fatalf("Init with a busy store: %v", err)
+	before := refused()
+	type result struct {
+		w   *World
+		err error
 	}
-	w.Close()
+	done := make(chan result, 1)
+	go func() {
+		w, err := Init(context.Background(), Env{Rank: 0, WorldSize: 1, StoreAddr: srv.Addr().String(), Secret: secret}, Options{})
+		done <- result{w, err}
+	}()
+	for refused() == before {
+		select {
+		case r := <-done:
+			t.Fatalf("Init finished (%v) while every slot was held", r.err)
+		default:
+		}
+		if time.Now().After(backstop) {
+			t.Fatal("Init was not refused within 20s while every slot was held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, nc := range idle {
+		nc.Close()
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Init with a busy store: %v", r.err)
+	}
+	r.w.Close()
 }
