@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -62,27 +63,33 @@ func TestPreemptOneRankStopsAll(t *testing.T) {
 	}
 }
 
-// TestPreemptWhileBuilding: a rank preempted while its model is being
-// built (here as the third tensor of the initialisation is about to
-// start) gives up there, initialising no further tensor, training and
-// saving nothing, and Run returns Preempted;
-// so does one preempted before Run. A cancelled context stops building
-// with its cause.
+// TestPreemptWhileBuilding: a rank preempted while it builds its trainer
+// (as the second chunk of the synthetic corpus is generated, or as the
+// third tensor of the initialisation is about to start) gives up there,
+// going no further, training and saving nothing, and Run returns
+// Preempted; so does one preempted before Run. A cancelled context stops
+// building with its cause.
 func TestPreemptWhileBuilding(t *testing.T) {
+	const (
+		gen  = "generate or open the data"
+		init = "initialise parameters"
+	)
 	for _, tc := range []struct {
 		name   string
-		closeN int // close Preempt at this call of the hook (0: before Run)
+		phase  string // close Preempt at the closeN-th check before phase (none: before Run)
+		closeN int
 		cancel bool
 	}{
-		{"before", 0, false},
-		{"during initialisation", 3, false},
-		{"context during initialisation", 3, true},
+		{"before", "", 0, false},
+		{"during data generation", gen, 2, false},
+		{"during initialisation", init, 3, false},
+		{"context during initialisation", init, 3, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := smallSpec(dir)
 			s.Model = ModelSpec{Preset: "small"} // 6 blocks of 384: 75 tensors to initialise
-			s.Data.Synthetic = 20_000
+			s.Data.Synthetic = 2_000_000         // about 30 chunks
 			s.Batch.Seq = 64
 			preempt := make(chan struct{})
 			ctx, cancel := context.WithCancelCause(context.Background())
@@ -94,19 +101,13 @@ func TestPreemptWhileBuilding(t *testing.T) {
 					close(preempt)
 				}
 			}
-			if tc.closeN == 0 {
+			if tc.phase == "" {
 				stop()
 			}
-			var inits int
-			var phases []string
+			checks := map[string]int{}
 			setHook(t, &testHookInterrupted, func(next string) {
-				if len(phases) == 0 || phases[len(phases)-1] != next {
-					phases = append(phases, next)
-				}
-				if next == "initialise parameters" {
-					if inits++; inits == tc.closeN {
-						stop()
-					}
+				if checks[next]++; next == tc.phase && checks[next] == tc.closeN {
+					stop()
 				}
 			})
 			type outcome struct {
@@ -132,11 +133,18 @@ func TestPreemptWhileBuilding(t *testing.T) {
 			case o.err != nil || !o.res.Preempted || o.res.Steps != 0 || o.res.Checkpoint != "":
 				t.Errorf("Run: %+v, %v; want Preempted after no step, no checkpoint", o.res, o.err)
 			}
-			if tc.closeN == 0 && slices.Contains(phases, "initialise parameters") {
-				t.Errorf("preempted before Run, building went on to %v", phases)
+			want := map[string]int{gen: 1} // preempted before Run: stops at the first check
+			switch tc.phase {
+			case gen:
+				want = map[string]int{gen: tc.closeN}
+			case init:
+				want = map[string]int{gen: checks[gen], init: tc.closeN}
 			}
-			if tc.closeN > 0 && inits != tc.closeN {
-				t.Errorf("initialisation went on to tensor %d after being stopped before tensor %d", inits, tc.closeN)
+			if checks[gen] < 2 && tc.phase == init {
+				t.Errorf("the corpus was generated in %d chunk(s): want several, for the test to mean anything", checks[gen])
+			}
+			if !maps.Equal(checks, want) {
+				t.Errorf("building checked %v times; want %v: nothing more after the stop", checks, want)
 			}
 			if dirs := stepDirs(t, dir); len(dirs) != 0 {
 				t.Errorf("checkpoints written: %v", dirs)

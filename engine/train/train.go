@@ -119,10 +119,8 @@ func NewContext(ctx context.Context, spec Spec, env Env) (*Trainer, error) {
 	if err := t.checkMemory(ctx); err != nil {
 		return nil, err
 	}
-	if err := t.interrupted(ctx, "open data"); err != nil {
-		return nil, err
-	}
-	if t.train, t.val, err = openData(spec, cfg.Vocab); err != nil {
+	stop := func() error { return t.interrupted(ctx, "generate or open the data") }
+	if t.train, t.val, err = openData(spec, cfg.Vocab, stop); err != nil {
 		return nil, err
 	}
 	if err := t.build(ctx); err != nil {
@@ -216,11 +214,22 @@ func (s Spec) threads(env Env) int {
 }
 
 // openData opens the token files, or builds the synthetic corpus, and
-// checks every token against the vocabulary once.
-func openData(spec Spec, vocab int) (train, val *data.Tokens, err error) {
+// checks every token against the vocabulary once. It gives up when stop
+// says so, asked before it starts and between chunks of the corpus.
+func openData(spec Spec, vocab int, stop func() error) (train, val *data.Tokens, err error) {
+	if err := stop(); err != nil {
+		return nil, nil, err
+	}
 	if spec.Data.Train == "" {
-		train = data.NewTokens(data.Synthetic(spec.Seed, spec.Data.Synthetic))
-		val = data.NewTokens(data.Synthetic(spec.Seed+1, max(spec.Data.Synthetic/10, spec.Batch.Seq+2)))
+		tr, err := synthetic(spec.Seed, spec.Data.Synthetic, stop)
+		if err != nil {
+			return nil, nil, err
+		}
+		v, err := synthetic(spec.Seed+1, max(spec.Data.Synthetic/10, spec.Batch.Seq+2), stop)
+		if err != nil {
+			return nil, nil, err
+		}
+		train, val = data.NewTokens(tr), data.NewTokens(v)
 	} else {
 		if train, err = data.Open(spec.Data.Train); err != nil {
 			return nil, nil, err
@@ -245,6 +254,17 @@ func openData(spec Spec, vocab int) (train, val *data.Tokens, err error) {
 		}
 	}
 	return train, val, nil
+}
+
+// synthetic is data.Synthetic(seed, n), generated a chunk at a time so
+// that stop can end a long generation.
+func synthetic(seed uint64, n int, stop func() error) ([]uint16, error) {
+	out := make([]uint16, 0, n)
+	err := data.SyntheticStream(seed, int64(n), func(chunk []uint16) error {
+		out = append(out, chunk...)
+		return stop()
+	})
+	return out, err
 }
 
 // Close releases the data files.
