@@ -151,7 +151,19 @@ func pidsOf(t *testing.T, dir string) []int {
 }
 
 // longRank announces its pid and a child's in $OUT/pids.$RANK, then sleeps.
-const longRank = `sleep 300 & echo "pid=$! pid=$$" > "$OUT/pids.$RANK"; wait`
+// The file appears whole (renamed into place), so a rank counting the
+// files never sees one still empty.
+const longRank = `sleep 300 & echo "pid=$! pid=$$" > "$OUT/.pids.$RANK" && mv "$OUT/.pids.$RANK" "$OUT/pids.$RANK"; wait`
+
+// pidsOfN is pidsOf that fails the test unless there are n pids.
+func pidsOfN(t *testing.T, dir string, n int) []int {
+	t.Helper()
+	pids := pidsOf(t, dir)
+	if len(pids) != n {
+		t.Fatalf("pids announced in %s = %v, want %d", dir, pids, n)
+	}
+	return pids
+}
 
 // TestMultiHostRankFailure: a rank failing on host 1 tears down host 0's
 // ranks fast, and gtrain exits with the rank's code, naming host and rank.
@@ -172,7 +184,7 @@ func TestMultiHostRankFailure(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("failure took %v to tear the job down", d)
 	}
-	awaitGone(t, pidsOf(t, dir), 10*time.Second)
+	awaitGone(t, pidsOfN(t, dir, 6), 10*time.Second) // ranks 0-2, each with its child
 }
 
 // startLong starts a long job on the cluster and waits until all its ranks
@@ -243,7 +255,7 @@ func TestMultiHostConcurrentJobs(t *testing.T) {
 	if code != 4 {
 		t.Fatalf("job B exit %d, want 4\n%s", code, stderr)
 	}
-	awaitGone(t, pidsOf(t, dirB), 10*time.Second)
+	awaitGone(t, pidsOfN(t, dirB, 6), 10*time.Second) // ranks 1-3, each with its child
 	for _, pid := range pidsA {
 		if !proctest.Alive(pid) {
 			t.Errorf("job A's pid %d died with job B", pid)
