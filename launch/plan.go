@@ -258,6 +258,10 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// NewRunID returns a fresh run id, the one Options.RunID "" stands for:
+// for a caller that must name the job before its plan is made.
+func NewRunID() string { return newRunID() }
+
 // newRunID returns a random UUID (version 4), the form torchrun's
 // --standalone uses for TORCHELASTIC_RUN_ID.
 func newRunID() string {

@@ -96,30 +96,34 @@ func ckptLsRun(o *CkptLsOptions) error {
 // ckptInfos describes the step directory path, or the step directories
 // under the root path. A path that does not exist is a usage error.
 func ckptInfos(cmd, path string) ([]ckpt.Info, error) {
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, &launch.UsageError{Err: fmt.Errorf("%s: %s: no such directory", cmd, path)}
-		}
-		return nil, fmt.Errorf("%s: %w", cmd, err)
+	t, err := resolveCkpt(cmd, path)
+	if err != nil {
+		return nil, err
 	}
-	if isStepDir(path) {
-		return []ckpt.Info{ckpt.Describe(path)}, nil
+	if t.Step != "" {
+		return []ckpt.Info{ckpt.Describe(t.Step)}, nil
 	}
-	infos, err := ckpt.List(path)
+	infos, err := ckpt.List(t.Root)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	return infos, nil
 }
 
-// isStepDir tells a step directory (by its name, or its manifest) from a
-// root of them.
-func isStepDir(path string) bool {
-	if _, ok := ckpt.ParseStepDir(filepath.Base(filepath.Clean(path))); ok {
-		return true
+// resolveCkpt is ckpt.Resolve for the command cmd: a path that does not
+// exist, or is no directory, is a usage error.
+func resolveCkpt(cmd, path string) (ckpt.Target, error) {
+	t, err := ckpt.Resolve(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t, &launch.UsageError{Err: fmt.Errorf("%s: %s: no such directory", cmd, path)}
 	}
-	_, err := os.Stat(filepath.Join(path, ckpt.ManifestName))
-	return err == nil
+	if errors.Is(err, ckpt.ErrNotDir) {
+		return t, &launch.UsageError{Err: fmt.Errorf("%s: %s: %w", cmd, path, ckpt.ErrNotDir)}
+	}
+	if err != nil {
+		return t, fmt.Errorf("%s: %w", cmd, err)
+	}
+	return t, nil
 }
 
 // printCkptJSON writes {"path": ..., "latest": ..., "checkpoints": [...]}.
@@ -333,15 +337,11 @@ func ckptExportRun(o *CkptExportOptions) error {
 	if _, err := atomicfile.Resolve(o.Out); errors.As(err, &nr) {
 		return usage("-o %v", err)
 	}
-	if _, err := os.Stat(o.Path); errors.Is(err, fs.ErrNotExist) {
-		return usage("%s: no such directory", o.Path)
+	target, err := resolveCkpt("ckpt export", o.Path)
+	if err != nil {
+		return err
 	}
-	var c *ckpt.Checkpoint
-	if isStepDir(o.Path) {
-		c, err = ckpt.Open(o.Path)
-	} else {
-		c, err = ckpt.Latest(o.Path, func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) })
-	}
+	c, err := target.Load(func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) })
 	var inv *ckpt.InvalidError
 	if errors.As(err, &inv) {
 		return fmt.Errorf("ckpt export: %w; %s", err, invalidHint)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
@@ -21,11 +22,12 @@ const (
 // does.
 func ExitCode(err error) int {
 	var (
-		rank  *launch.RankFailedError
-		intr  *launch.InterruptedError
-		usage *launch.UsageError
-		parse *hostfiles.ParseError
-		input *userfile.Error // a file the user named cannot be used
+		rank   *launch.RankFailedError
+		intr   *launch.InterruptedError
+		usage  *launch.UsageError
+		parse  *hostfiles.ParseError
+		input  *userfile.Error   // a file the user named cannot be used
+		locked *ckpt.LockedError // the checkpoint dir is another job's
 	)
 	switch {
 	case err == nil:
@@ -37,7 +39,7 @@ func ExitCode(err error) int {
 		return rank.Code
 	case errors.As(err, &intr):
 		return intr.Code()
-	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input):
+	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input), errors.As(err, &locked):
 		return ExitUsage
 	default:
 		return ExitFailure

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
@@ -97,16 +99,24 @@ func oneLine(err error) string {
 }
 
 // engineJob prepares spec for its ranks: resolved, with an absolute
-// checkpoint directory (a fresh runs/<time> under dir when the spec names
-// none), and encoded for EnvJobSpec.
+// checkpoint directory (a new runs/<time> under dir, created now, when the
+// spec names none), and encoded for EnvJobSpec.
 func engineJob(spec train.Spec, dir string, now time.Time) (train.Spec, string, error) {
+	return engineJobIn(spec, dir, func(root string) (string, error) { return freshRunDir(root, now) })
+}
+
+// engineJobIn is engineJob with the default checkpoint directory chosen
+// by newRun, given the directory of runs.
+func engineJobIn(spec train.Spec, dir string, newRun func(root string) (string, error)) (train.Spec, string, error) {
 	spec, err := spec.Resolved()
 	if err != nil {
 		return spec, "", &launch.UsageError{Err: err}
 	}
 	ck := spec.Checkpoint.Dir
 	if ck == "" {
-		ck = freshRunDir(filepath.Join(dir, "runs"), now)
+		if ck, err = newRun(filepath.Join(dir, "runs")); err != nil {
+			return spec, "", err
+		}
 	} else if !filepath.IsAbs(ck) {
 		ck = filepath.Join(dir, ck)
 	}
@@ -118,14 +128,42 @@ func engineJob(spec train.Spec, dir string, now time.Time) (train.Spec, string, 
 	return spec, string(b), nil
 }
 
-// freshRunDir is root/<YYYYmmdd-HHMMSS>, with a suffix when that exists.
-func freshRunDir(root string, now time.Time) string {
-	base := filepath.Join(root, now.Format("20060102-150405"))
+// runDirName is the name of a new run's directory: its start time.
+func runDirName(now time.Time) string { return now.Format("20060102-150405") }
+
+// freshRunDir creates root/<YYYYmmdd-HHMMSS>, or with a suffix (-2, -3,
+// ...) when that exists, and returns it. The directory is made with
+// os.Mkdir, which fails on an existing one: two runs started in the same
+// second never share a directory.
+func freshRunDir(root string, now time.Time) (string, error) {
+	dir, err := ckpt.MkdirUnique(root, runDirName(now))
+	if err != nil {
+		return "", fmt.Errorf("run: new run directory in %s: %w", root, err)
+	}
+	return dir, nil
+}
+
+// nextRunDir is the directory freshRunDir would create now, for a dry run,
+// which creates nothing.
+func nextRunDir(root string, now time.Time) (string, error) {
+	base := filepath.Join(root, runDirName(now))
 	dir := base
-	for i := 2; ; i++ {
+	for i := 2; i < 10000; i++ {
 		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-			return dir
+			return dir, nil
 		}
 		dir = fmt.Sprintf("%s-%d", base, i)
 	}
+	return "", fmt.Errorf("run: %s: too many run directories of that name", base)
+}
+
+// remoteRunDir names a new run's directory on hosts this machine cannot
+// see (a hostfile job): its start time and a random suffix, since no
+// os.Mkdir here can make the name unique there. Rank 0 creates it.
+func remoteRunDir(root string, now time.Time) (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("run: new run directory: %w", err)
+	}
+	return filepath.Join(root, fmt.Sprintf("%s-%x", runDirName(now), b)), nil
 }

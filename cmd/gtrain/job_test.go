@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +95,10 @@ func TestLoadJob(t *testing.T) {
 	})
 }
 
+// TestEngineJobCheckpointDir: the default checkpoint directory is
+// runs/<start time>, created at once; two runs started in the same second
+// get two directories. A dry run creates none, and a hostfile job's name is
+// unique without being created here.
 func TestEngineJobCheckpointDir(t *testing.T) {
 	now := time.Date(2026, 11, 22, 19, 30, 12, 0, time.UTC)
 	dir := t.TempDir()
@@ -107,9 +112,59 @@ func TestEngineJobCheckpointDir(t *testing.T) {
 	if !strings.Contains(js, `"layers":4`) {
 		t.Errorf("the spec for the ranks is not resolved: %s", js)
 	}
-	os.MkdirAll(s.Checkpoint.Dir, 0o755)
-	s2, _, _ := engineJob(train.DefaultSpec(), dir, now)
+	s2, _, err := engineJob(train.DefaultSpec(), dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s2.Checkpoint.Dir == s.Checkpoint.Dir {
 		t.Errorf("a second run in the same second reuses %s", s.Checkpoint.Dir)
+	}
+	for _, d := range []string{s.Checkpoint.Dir, s2.Checkpoint.Dir} {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Errorf("%s was not created: %v", d, err)
+		}
+	}
+	root := filepath.Join(dir, "runs")
+	if next, err := nextRunDir(root, now); err != nil || next != filepath.Join(root, "20261122-193012-3") {
+		t.Errorf("dry run: %q, %v; want the next free name, -3", next, err)
+	}
+	a, _ := remoteRunDir(root, now)
+	b, _ := remoteRunDir(root, now)
+	if a == b || !strings.HasPrefix(filepath.Base(a), "20261122-193012-") {
+		t.Errorf("hostfile jobs in the same second: %s and %s", a, b)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 2 {
+		t.Errorf("%s holds %d entries, want the 2 created", root, len(ents))
+	}
+}
+
+// TestFreshRunDirConcurrent: runs choosing their directory at the same
+// moment in separate goroutines each get their own.
+func TestFreshRunDirConcurrent(t *testing.T) {
+	now := time.Date(2026, 11, 22, 19, 30, 12, 0, time.UTC)
+	root := filepath.Join(t.TempDir(), "runs")
+	const n = 8
+	dirs := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			d, err := freshRunDir(root, now)
+			if err != nil {
+				t.Error(err)
+			}
+			dirs <- d
+		})
+	}
+	wg.Wait()
+	close(dirs)
+	seen := map[string]bool{}
+	for d := range dirs {
+		if seen[d] {
+			t.Errorf("%s given to two runs", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) != n {
+		t.Errorf("%d directories for %d runs", len(seen), n)
 	}
 }

@@ -134,9 +134,7 @@ func runRun(ctx context.Context, o *RunOptions) error {
 		if spec, err = o.autoLayout(ctx, spec); err != nil {
 			return err
 		}
-		if err := o.useEngine(spec, false); err != nil {
-			return err
-		}
+		return o.launchEngine(ctx, spec)
 	}
 	return o.launch(ctx)
 }

@@ -23,6 +23,7 @@ type WorkerOptions struct {
 	Job    string   // job file, when not started by the launcher
 	Sets   []string // key=value overrides of the job file
 	Resume bool
+	From   string // a step directory to resume from (--resume-from)
 }
 
 // NewCmdWorker is the hidden command every rank of the built-in engine runs.
@@ -43,6 +44,7 @@ func NewCmdWorker(ios *IOStreams) *cobra.Command {
 	f.StringVar(&opts.Job, "job", "", "YAML job file (default: the built-in default job)")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a job key, e.g. --set optim.lr=3e-4 (repeatable)")
 	f.BoolVar(&opts.Resume, "resume", false, "continue from the newest valid checkpoint in the job's checkpoint.dir")
+	f.StringVar(&opts.From, "resume-from", "", "continue from this step directory instead of the newest")
 	return cmd
 }
 
@@ -56,7 +58,8 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 		return err
 	}
 	defer closeEnv()
-	env.Resume = o.Resume
+	env.Resume, env.ResumeFrom = o.Resume, o.From
+	env.RunID = o.IO.Getenv("TORCHELASTIC_RUN_ID")
 	env.Log = o.IO.Out
 	env.Warn = func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) }
 	res, err := train.Run(ctx, spec, env)
