@@ -35,7 +35,7 @@ func (e *DivergedError) Error() string {
 	}
 	then := fmt.Sprintf("then start the run again (no checkpoint was saved before step %d)", e.Step)
 	if e.Checkpoint != "" {
-		then = fmt.Sprintf("then continue from the last good checkpoint: gtrain resume --set optim.lr=%g %s", e.LR/10, e.Checkpoint)
+		then = fmt.Sprintf("then continue from the last checkpoint, all finite (an earlier one if it diverges again): gtrain resume --set optim.lr=%g %s", e.LR/10, e.Checkpoint)
 	}
 	list := strings.Join(try[:len(try)-1], ", ")
 	if list != "" {
