@@ -119,8 +119,13 @@ func lockFile(dir, name string, owner LockOwner) (*DirLock, error) {
 	for range 10 {
 		// os.OpenFile sets O_CLOEXEC: the ranks and agents the launcher
 		// starts must not inherit the lock and keep it after it dies.
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		// O_NONBLOCK: a FIFO planted under the name must not hang the open.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NONBLOCK, 0o644)
 		if err != nil {
+			return nil, fail(err)
+		}
+		if err := regular(f); err != nil {
+			f.Close()
 			return nil, fail(err)
 		}
 		if err := flock(f); err != nil {
@@ -145,6 +150,19 @@ func lockFile(dir, name string, owner LockOwner) (*DirLock, error) {
 		return l, nil
 	}
 	return nil, fail(fmt.Errorf("%s keeps being replaced while it is locked: is another program deleting it?", path))
+}
+
+// regular refuses a lock file that is not a regular file (a device, a
+// FIFO, a directory): it could not hold the owner record.
+func regular(f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s): remove it", f.Name(), st.Mode().Type())
+	}
+	return nil
 }
 
 // flock takes an exclusive lock of f without waiting.
@@ -190,11 +208,14 @@ func (l *DirLock) record(owner LockOwner) error {
 // cannot be read or parsed (a holder between its flock and its record).
 func readOwner(path string) LockOwner {
 	var o LockOwner
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return o
 	}
 	defer f.Close()
+	if regular(f) != nil {
+		return o
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxOwnerBytes))
 	if err != nil || json.Unmarshal(b, &o) != nil {
 		return LockOwner{}

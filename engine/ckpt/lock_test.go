@@ -211,3 +211,20 @@ func TestRemoveUnused(t *testing.T) {
 		t.Errorf("the checkpoint is gone: %v, %v", c, err)
 	}
 }
+
+// TestLockSpecialFile: a lock file that is a FIFO or a directory is
+// refused at once, naming it, without hanging.
+func TestLockSpecialFile(t *testing.T) {
+	fifo, dir := t.TempDir(), t.TempDir()
+	must(t, syscall.Mkfifo(filepath.Join(fifo, LockName), 0o644))
+	must(t, os.Mkdir(filepath.Join(dir, LockName), 0o755))
+	for _, d := range []string{fifo, dir} {
+		_, err := Lock(d, ThisProcess("a", ""))
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(d, LockName)) {
+			t.Errorf("Lock with a special lock file: %v", err)
+		}
+	}
+	if o := readOwner(filepath.Join(fifo, LockName)); o.PID != 0 {
+		t.Errorf("owner read from a FIFO: %+v", o)
+	}
+}
