@@ -46,7 +46,7 @@ func (o *RunOptions) launchEngine(ctx context.Context, spec train.Spec) error {
 	if err != nil {
 		return err
 	}
-	claim, err := o.claimDir(spec.Checkpoint.Dir, created)
+	claim, err := o.claimDir(spec.Checkpoint.Dir, created, "set checkpoint.dir to a directory this user can create and write to")
 	if err != nil {
 		return err
 	}
@@ -99,8 +99,9 @@ type dirClaim struct {
 // for a job on this machine alone (no --hostfile): a hostfile's hosts may
 // see another directory of that name, or none, and there rank 0 of the
 // engine does the same before the first step. A dry run claims nothing.
-// created is the directory the caller already created for dir, if any.
-func (o *RunOptions) claimDir(dir, created string) (*dirClaim, error) {
+// created is the directory the caller already created for dir, if any;
+// hint says what to do about a directory that cannot be used.
+func (o *RunOptions) claimDir(dir, created, hint string) (*dirClaim, error) {
 	c := &dirClaim{dir: dir, created: created}
 	if o.DryRun || o.Hostfile != "" {
 		return c, nil
@@ -121,14 +122,10 @@ func (o *RunOptions) claimDir(dir, created string) (*dirClaim, error) {
 		if errors.As(err, new(*ckpt.LockedError)) {
 			return nil, err // says what to do
 		}
-		return nil, fmt.Errorf("%w; %s", err, unusableDirHint)
+		return nil, fmt.Errorf("%w; %s", err, hint)
 	}
 	return c, nil
 }
-
-// unusableDirHint follows an error about a checkpoint directory that
-// cannot be created or written to.
-const unusableDirHint = "set checkpoint.dir to a directory this user can create and write to"
 
 // release gives the lock up. A directory the launcher created and no
 // checkpoint was written to is removed first: a job that failed before its
@@ -253,7 +250,7 @@ func resumeRun(ctx context.Context, o *RunOptions, path string, nprocSet bool) e
 	}
 	// Claimed before it is read: a job still writing to it refuses the
 	// resume, naming itself, before anything else is said.
-	claim, err := o.claimDir(target.Root, "")
+	claim, err := o.claimDir(target.Root, "", "copy the directory to one this user can write to and resume the copy")
 	if err != nil {
 		return err
 	}
