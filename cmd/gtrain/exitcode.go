@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
+	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
@@ -26,8 +27,9 @@ func ExitCode(err error) int {
 		intr   *launch.InterruptedError
 		usage  *launch.UsageError
 		parse  *hostfiles.ParseError
-		input  *userfile.Error   // a file the user named cannot be used
-		locked *ckpt.LockedError // the checkpoint dir is another job's
+		input  *userfile.Error    // a file the user named cannot be used
+		locked *ckpt.LockedError  // the checkpoint dir is another job's
+		memory *train.MemoryError // the job cannot fit in a host's memory
 	)
 	switch {
 	case err == nil:
@@ -39,7 +41,8 @@ func ExitCode(err error) int {
 		return rank.Code
 	case errors.As(err, &intr):
 		return intr.Code()
-	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input), errors.As(err, &locked):
+	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input), errors.As(err, &locked),
+		errors.As(err, &memory):
 		return ExitUsage
 	default:
 		return ExitFailure
