@@ -31,9 +31,10 @@ func (m MemoryEstimate) Total() float64 {
 	return m.Params + m.Grads + m.Optimizer + m.Activations + m.Buffers + m.Init + m.Data
 }
 
-// EstimateMemory is what rank of world ranks needs to train spec, which
-// must be resolved and fitted to world (New does both).
-func EstimateMemory(spec Spec, world, rank int) (MemoryEstimate, error) {
+// EstimateMemory is what rank of world ranks, local of them on its host
+// (sharing its cores, which sizes the attention scratch), needs to train
+// spec, which must be resolved and fitted to world (New does both).
+func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 	zc, err := spec.ZeroConfig()
 	if err != nil {
 		return MemoryEstimate{}, err
@@ -46,7 +47,7 @@ func EstimateMemory(spec Spec, world, rank int) (MemoryEstimate, error) {
 	z := zero.Estimate(zc, cfg, world, rank)
 	m := MemoryEstimate{
 		Params: float64(z.Params), Grads: float64(z.Grads), Optimizer: float64(z.Optimizer), Buffers: float64(z.Buffers),
-		Activations: activationBytes(cfg, spec.Batch.MicroBatch, spec.Batch.Seq, rc, spec.threads(Env{LocalWorld: world})),
+		Activations: activationBytes(cfg, spec.Batch.MicroBatch, spec.Batch.Seq, rc, spec.threads(Env{LocalWorld: local})),
 		Init:        4 * float64(cfg.NumParams()),
 	}
 	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
@@ -167,11 +168,11 @@ func CheckMemory(spec Spec, world int) error {
 // available at the moment: that changes from second to second on a shared
 // host, and refusing on it would make a job's start a matter of luck.
 func fitsHost(spec Spec, world, rank, local int) (warning string, err error) {
-	need, err := EstimateMemory(spec, world, rank)
+	local = max(local, 1)
+	need, err := EstimateMemory(spec, world, rank, local)
 	if err != nil {
 		return "", nil // the spec's own error is reported where it is used
 	}
-	local = max(local, 1)
 	all := need.Total() * float64(local)
 	capacity, now, process := hostMemory()
 	e := &MemoryError{Need: need, Ranks: local, Now: now.bytes}

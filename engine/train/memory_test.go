@@ -101,7 +101,7 @@ func TestMemoryEstimateMatchesBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			est, err := EstimateMemory(rs, 1, 0)
+			est, err := EstimateMemory(rs, 1, 0, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
