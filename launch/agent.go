@@ -68,7 +68,9 @@ type agent struct {
 // emit writes an event for this node, filling in the common fields.
 func (a *agent) emit(ev proto.Event) {
 	ev.V = proto.Version
-	ev.Time = time.Now()
+	if ev.Time.IsZero() { // rank_exited carries the exit's own time
+		ev.Time = time.Now()
+	}
 	ev.Host = a.spec.Host
 	ev.Node = a.spec.Node
 	a.events.send(ev)
@@ -209,18 +211,18 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
 			reapZombies(a.rankPIDs())
 			if kill == nil && !a.stopped && a.launcherSilent(now) {
-				kill = a.stop(a.spec.Grace())
+				kill = a.stop(a.spec.Grace(), syscall.SIGTERM)
 			}
 		case <-sigs:
 			sigs = nil
-			kill = a.stop(a.spec.Grace())
+			kill = a.stop(a.spec.Grace(), forwardedSignal(ctx))
 		case c := <-cmds:
 			a.heard = time.Now()
 			switch c.Type {
 			case proto.CommandStop:
-				kill = a.stop(a.spec.Grace())
+				kill = a.stop(a.spec.Grace(), stopSignalOf(c.Signal))
 			case proto.CommandKill:
-				kill = a.stop(0)
+				kill = a.stop(0, syscall.SIGKILL)
 			}
 		case <-kill:
 			kill = nil
@@ -254,16 +256,37 @@ func readCommands(dec *proto.Decoder, out chan<- proto.Command) {
 	}
 }
 
-// stop starts a teardown: SIGTERM to every running rank's process group now,
-// and a timer for the SIGKILL that follows after grace (at once if grace is 0).
-func (a *agent) stop(grace time.Duration) <-chan time.Time {
+// stop starts a teardown: sig (SIGTERM, or a forwarded preemption signal)
+// to every running rank's process group now, and a timer for the SIGKILL
+// that follows after grace (at once if grace is 0).
+func (a *agent) stop(grace time.Duration, sig syscall.Signal) <-chan time.Time {
 	a.stopped = true
 	if grace <= 0 {
 		a.signalAll(syscall.SIGKILL)
 		return nil
 	}
-	a.signalAll(syscall.SIGTERM)
+	a.signalAll(sig)
 	return time.After(grace)
+}
+
+// stopSignalOf is the signal a stop command names: SIGUSR1 is forwarded (a
+// scheduler's warning that the job will be preempted); anything else,
+// including nothing, is SIGTERM.
+func stopSignalOf(name string) syscall.Signal {
+	if name == "SIGUSR1" {
+		return syscall.SIGUSR1
+	}
+	return syscall.SIGTERM
+}
+
+// forwardedSignal is the signal the ranks get when the agent itself was
+// signalled: a preemption signal (SIGUSR1) is passed on, else SIGTERM.
+func forwardedSignal(ctx context.Context) syscall.Signal {
+	var ie *InterruptedError
+	if errors.As(context.Cause(ctx), &ie) && ie.Signal == syscall.SIGUSR1 {
+		return syscall.SIGUSR1
+	}
+	return syscall.SIGTERM
 }
 
 // signalAll signals the process group of every rank still running.
@@ -272,7 +295,7 @@ func (a *agent) signalAll(sig syscall.Signal) {
 	defer a.mu.Unlock()
 	for _, rp := range a.ranks {
 		if rp.pid > 0 && !rp.exited.Load() {
-			rp.killed.Store(true)
+			rp.sent(sig)
 			_ = signalGroup(rp.pid, sig)
 		}
 	}

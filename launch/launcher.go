@@ -40,16 +40,36 @@ type Runtime struct {
 	// one: for agents that cannot reach the network, like in-memory test
 	// agents. Ranks of the built-in engine need the rendezvous.
 	NoRendezvous bool
+	// RestartWait is the wait before the first restart (default 1s); it
+	// doubles for each restart after it, up to RestartWaitMax (default 30s).
+	RestartWait, RestartWaitMax time.Duration
 }
 
 // Run executes the plan: it starts one agent per host, streams their events
 // to rt.View, and tears the whole job down when a rank fails, an agent is
 // lost, or ctx is cancelled (context.Cause(ctx) should then be an
-// *InterruptedError). After a rank failure the job is restarted, all ranks
-// together, up to p.MaxRestarts times. It returns nil when every rank of an
-// attempt exited with code 0; every error it returns has been announced to
-// rt.View as a notice first.
+// *InterruptedError). After a rank failure or a lost agent the job is
+// restarted, all ranks together, up to p.MaxRestarts times, waiting longer
+// before each restart (see Runtime.RestartWait). It returns nil when every
+// rank of an attempt exited with code 0; every error it returns has been
+// announced to rt.View as a notice first.
 func Run(ctx context.Context, p *Plan, rt Runtime) error {
+	rt.setDefaults()
+	for attempt := 0; ; attempt++ {
+		err := runAttempt(ctx, p, rt, attempt)
+		if !restartable(err) || attempt >= p.MaxRestarts || ctx.Err() != nil {
+			return err
+		}
+		wait := rt.restartWait(attempt)
+		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait, attempt+1, p.MaxRestarts))
+		if err := sleepCtx(ctx, wait); err != nil {
+			notice(rt.View, err.Error())
+			return err
+		}
+	}
+}
+
+func (rt *Runtime) setDefaults() {
 	if rt.LastLines <= 0 {
 		rt.LastLines = 10
 	}
@@ -59,14 +79,47 @@ func Run(ctx context.Context, p *Plan, rt Runtime) error {
 	if rt.JoinTimeout <= 0 {
 		rt.JoinTimeout = 60 * time.Second
 	}
-	for attempt := 0; ; attempt++ {
-		err := runAttempt(ctx, p, rt, attempt)
-		var rf *RankFailedError
-		if errors.As(err, &rf) && attempt < p.MaxRestarts && ctx.Err() == nil {
-			notice(rt.View, fmt.Sprintf("%v; restarting the job (restart %d of %d)", err, attempt+1, p.MaxRestarts))
-			continue
+	if rt.RestartWait <= 0 {
+		rt.RestartWait = time.Second
+	}
+	if rt.RestartWaitMax <= 0 {
+		rt.RestartWaitMax = 30 * time.Second
+	}
+}
+
+// restartable says whether a failed attempt is worth another: a rank failed
+// or a host was lost. Interrupts, usage errors and start failures are not.
+func restartable(err error) bool {
+	var (
+		rf   *RankFailedError
+		lost *AgentLostError
+	)
+	return errors.As(err, &rf) || errors.As(err, &lost)
+}
+
+// restartWait is the wait before restart n+1: RestartWait doubled for each
+// restart before it, capped at RestartWaitMax, so that a job that fails at
+// once does not restart hundreds of times a second.
+func (rt *Runtime) restartWait(n int) time.Duration {
+	d := rt.RestartWait
+	for range n {
+		if d >= rt.RestartWaitMax/2 {
+			return rt.RestartWaitMax
 		}
-		return err
+		d *= 2
+	}
+	return min(d, rt.RestartWaitMax)
+}
+
+// sleepCtx waits for d, or returns ctx's cause at once when it ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -94,6 +147,12 @@ type attempt struct {
 	tails    map[int][]string // rank → last lines
 	failure  error            // the first reason the job is going down
 	stopping bool
+	// Every failure of the attempt, so that the report can name the one
+	// that caused the others whatever order their events arrived in.
+	failed   []*RankFailedError
+	lost     []*AgentLostError
+	exits    map[int]int      // rank → exit code, of every rank that exited
+	gone     []bool           // each agent was reported lost, or killed by the launcher
 	deadline <-chan time.Time // agents still running then are killed
 	lastSeen []time.Time      // when each agent was last heard from
 	// life is what each agent's reader saw, apart from the loop: a loop
@@ -101,9 +160,9 @@ type attempt struct {
 	// listened to as silent.
 	life      []agentLife
 	lastCheck time.Time // when the loop last checked for silent agents
-	ended    []bool           // each agent's event stream has ended
-	facts    []*proto.HostFacts
-	lastErr  []string // each agent's last error message
+	ended     []bool    // each agent's event stream has ended
+	facts     []*proto.HostFacts
+	lastErr   []string // each agent's last error message
 
 	secret   []byte // this attempt's rendezvous secret
 	rdzvPort int
@@ -122,7 +181,7 @@ func SilentAfter(beat time.Duration) time.Duration {
 }
 
 func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
-	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{},
+	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{}, exits: map[int]int{}, gone: make([]bool, len(p.Hosts)),
 		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts)),
 		facts: make([]*proto.HostFacts, len(p.Hosts)), lastErr: make([]string, len(p.Hosts)), life: make([]agentLife, len(p.Hosts)),
 		joinDeadline: time.After(joinBackstop(rt)), rdzvMsgs: make(chan string, 16), roundErr: make(chan error, 1)}
@@ -164,7 +223,7 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 	for _, c := range a.conns {
 		_ = c.Close()
 	}
-	return a.failure
+	return a.result()
 }
 
 // startAgents starts every node's agent at once, and a reader for each. If
@@ -229,7 +288,7 @@ func (a *attempt) missingJoin() {
 			missing = append(missing, a.p.Hosts[i].Name)
 		}
 	}
-	a.fail(&AgentLostError{Host: strings.Join(missing, ", "), Node: -1,
+	a.agentLost(&AgentLostError{Host: strings.Join(missing, ", "), Node: -1,
 		Err: fmt.Errorf("agent did not join within %v", a.rt.JoinTimeout)}, "join timeout")
 }
 
@@ -328,7 +387,8 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 		case <-a.deadline:
 			a.deadline = nil
 			notice(a.view, "agents did not finish teardown in time; killing them")
-			for _, c := range a.conns {
+			for i, c := range a.conns {
+				a.gone[i] = true // ended by us, not lost
 				_ = c.Kill()
 			}
 		}
@@ -357,15 +417,50 @@ func (a *attempt) handle(ev proto.Event) {
 	case proto.EventDone:
 		a.done[ev.Node] = true
 	case proto.EventRankExited:
-		if ev.Code != 0 && !ev.Killed && a.failure == nil {
+		if a.exits == nil {
+			a.exits = map[int]int{}
+		}
+		a.exits[ev.Rank] = ev.Code
+		if ev.Code != 0 && !ev.Killed {
 			a.view.Event(ev)
-			a.fail(&RankFailedError{Host: ev.Host, Node: ev.Node, Rank: ev.Rank, LocalRank: ev.Local,
-				PID: ev.PID, Code: ev.Code, Signal: ev.Signal, Message: ev.Message, LastLines: a.tails[ev.Rank]},
-				fmt.Sprintf("rank %d failed", ev.Rank))
+			a.rankFailed(ev)
 			return
 		}
 	}
 	a.view.Event(ev)
+}
+
+// rankFailed records a rank that ended badly on its own and stops the job.
+// The report waits for the end of the teardown (see result): the first rank
+// to be reported is not always the cause.
+func (a *attempt) rankFailed(ev proto.Event) {
+	rf := &RankFailedError{Host: ev.Host, Node: ev.Node, Rank: ev.Rank, LocalRank: ev.Local,
+		PID: ev.PID, Code: ev.Code, Signal: ev.Signal, Message: ev.Message, LastLines: a.tails[ev.Rank],
+		Time: ev.Time, PeerFailed: ev.PeerFailed}
+	a.failed = append(a.failed, rf)
+	if a.failure == nil && len(a.exits) < len(a.p.Ranks) {
+		notice(a.view, "stopping the job: "+rf.short())
+	}
+	a.fail(rf, fmt.Sprintf("rank %d failed", ev.Rank))
+}
+
+// agentLost records a lost agent (once per agent) and stops the job.
+func (a *attempt) agentLost(e *AgentLostError, why string) {
+	if a.gone == nil {
+		a.gone = make([]bool, len(a.p.Hosts))
+	}
+	if e.Node >= 0 {
+		if a.gone[e.Node] {
+			return
+		}
+		a.gone[e.Node] = true
+	}
+	e.at = time.Now()
+	a.lost = append(a.lost, e)
+	if a.failure == nil {
+		notice(a.view, "stopping the job: "+e.short())
+	}
+	a.fail(e, why)
 }
 
 // agentEnded handles the end of an agent's event stream. An agent that ends
@@ -382,7 +477,7 @@ func (a *attempt) agentEnded(m agentMsg) {
 		}
 	}
 	h := a.p.Hosts[m.node]
-	a.fail(&AgentLostError{Host: h.Name, Node: m.node, Err: err, Stderr: a.conns[m.node].Stderr()}, "agent lost")
+	a.agentLost(&AgentLostError{Host: h.Name, Node: m.node, Err: err, Stderr: a.conns[m.node].Stderr()}, "agent lost")
 }
 
 // checkSilent declares lost, and kills, every agent not heard from (no event,
@@ -402,28 +497,99 @@ func (a *attempt) checkSilent(now time.Time) {
 			continue
 		}
 		h := a.p.Hosts[i]
-		a.fail(&AgentLostError{Host: h.Name, Node: i, Err: fmt.Errorf("no heartbeat for %v", now.Sub(seen).Round(time.Second))}, "agent lost")
+		a.agentLost(&AgentLostError{Host: h.Name, Node: i, Err: fmt.Errorf("no heartbeat for %v", now.Sub(seen).Round(time.Second))}, "agent lost")
 		_ = a.conns[i].Kill()
-		a.lastSeen[i] = now // killed: its stream ends shortly; report once
+		a.lastSeen[i] = now // killed: its stream ends shortly; reported once
 	}
 }
 
-// fail records the first failure and tears every node down.
+// fail records the first failure and tears every node down. Rank failures
+// and lost agents are reported at the end of the attempt (result); other
+// failures at once.
 func (a *attempt) fail(err error, why string) {
 	if a.failure == nil {
 		a.failure = err
-		if rf, ok := err.(*RankFailedError); ok {
-			notice(a.view, rf.Report())
-		} else if err != nil {
-			notice(a.view, err.Error())
-		}
+		a.announce(err)
 	}
 	if a.stopping {
 		return
 	}
 	a.stopping = true
-	a.sendAll(proto.CommandStop, why)
+	a.sendStop(why, stopSignal(err))
 	a.deadline = time.After(a.p.Grace + a.rt.AgentGrace)
+}
+
+// announce tells the user why the job is stopping, for failures other than
+// those of ranks and agents.
+func (a *attempt) announce(err error) {
+	var ie *InterruptedError
+	switch {
+	case err == nil:
+	case errors.As(err, new(*RankFailedError)), errors.As(err, new(*AgentLostError)):
+	case errors.As(err, &ie) && ie.Preemption():
+		notice(a.view, fmt.Sprintf("%s: stopping every rank (each gets %s; the built-in engine saves a checkpoint first); a second signal kills them at once",
+			signalName(ie.Signal), signalName(ie.Signal)))
+	default:
+		notice(a.view, err.Error())
+	}
+}
+
+// stopSignal is the signal the agents send the ranks at a stop: the
+// preemption signal gtrain received (SIGTERM or SIGUSR1), forwarded as is,
+// else "" for the agents' default, SIGTERM.
+func stopSignal(err error) string {
+	var ie *InterruptedError
+	if errors.As(err, &ie) && ie.Preemption() {
+		return signalName(ie.Signal)
+	}
+	return ""
+}
+
+// sendStop asks every agent that has not finished to stop its ranks.
+func (a *attempt) sendStop(why, sig string) {
+	for i, c := range a.conns {
+		if !a.done[i] {
+			_ = c.Send(proto.Command{V: proto.Version, Type: proto.CommandStop, Reason: why, Signal: sig})
+		}
+	}
+}
+
+// result is the attempt's outcome once every agent has ended. Among rank
+// failures and lost agents it reports the root cause, naming the others; a
+// preemption that every rank answered by saving is a *ResumableError.
+func (a *attempt) result() error {
+	var ie *InterruptedError
+	switch {
+	case errors.As(a.failure, new(*RankFailedError)), errors.As(a.failure, new(*AgentLostError)):
+		err, report := rootCause(a.failed, a.lost)
+		notice(a.view, report)
+		return err
+	case errors.As(a.failure, &ie) && ie.Preemption():
+		if a.resumable() {
+			err := &ResumableError{Signal: ie.Signal}
+			notice(a.view, err.Error())
+			return err
+		}
+		notice(a.view, ie.Error())
+	}
+	return a.failure
+}
+
+// resumable says whether every rank of the job exited 0 or ExitResumable,
+// at least one of them ExitResumable: the ranks answered a preemption
+// signal by saving their state.
+func (a *attempt) resumable() bool {
+	saved := false
+	for _, code := range a.exits {
+		switch code {
+		case ExitResumable:
+			saved = true
+		case 0:
+		default:
+			return false
+		}
+	}
+	return saved && len(a.exits) == len(a.p.Ranks)
 }
 
 // sendAll sends a command to every agent that has not finished.

@@ -183,12 +183,12 @@ func TestReadErrorFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if got := readErrorFile(path); got != tt.want {
+			if got := readErrorFile(path).Message; got != tt.want {
 				t.Errorf("readErrorFile = %q, want %q", got, tt.want)
 			}
 		})
 	}
-	if got := readErrorFile(dir + "/missing"); got != "" {
+	if got := readErrorFile(dir + "/missing").Message; got != "" {
 		t.Errorf("missing file gave %q", got)
 	}
 }

@@ -36,9 +36,28 @@ type rankProc struct {
 	spec    proto.RankSpec
 	pid     int
 	errFile string
-	exited  atomic.Bool // the process has been reaped
-	killed  atomic.Bool // teardown signalled it
+	exited  atomic.Bool   // the process has been reaped
+	signals atomic.Uint64 // bit n set: teardown sent it signal n
 	done    chan struct{}
+}
+
+// sent records that teardown sent the rank sig.
+func (rp *rankProc) sent(sig syscall.Signal) {
+	if sig > 0 && sig < 64 {
+		rp.signals.Or(1 << sig)
+	}
+}
+
+// killedBy says whether the rank's end was gtrain's doing: teardown had
+// signalled it, and if a signal ended it, it was one teardown sent. A rank
+// that the OOM killer (or anyone else) SIGKILLed while teardown's SIGTERM
+// was on its way is not ours: it is a failure to report.
+func (rp *rankProc) killedBy(signum int) bool {
+	sent := rp.signals.Load()
+	if sent == 0 {
+		return false
+	}
+	return signum <= 0 || signum >= 64 || sent&(1<<signum) != 0
 }
 
 // start launches one rank and returns at once; rp.done closes after its
@@ -52,7 +71,7 @@ func (a *agent) start(rs proto.RankSpec) *rankProc {
 	readers, err := a.spawn(rp)
 	if err != nil {
 		// The rank_exited event carries the reason; the launcher reports it once.
-		a.exited(rp, 127, "", err.Error())
+		a.exited(rp, 127, "", errorFile{Message: err.Error()}, time.Now())
 		return rp
 	}
 	a.emit(proto.Event{Type: proto.EventRankStarted, Rank: rs.Rank, Local: rs.LocalRank, PID: rp.pid})
@@ -127,6 +146,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 func (a *agent) wait(rp *rankProc, rio *rankIO) {
 	_ = rio.cmd.Wait() // the exit status is read from ProcessState below
 	rp.exited.Store(true)
+	end := time.Now()
 	drained := make(chan struct{})
 	go func() { rio.readers.Wait(); close(drained) }()
 	select {
@@ -141,11 +161,11 @@ func (a *agent) wait(rp *rankProc, rio *rankIO) {
 		f.Close()
 	}
 	code, sig := exitStatus(rio.cmd.ProcessState)
-	msg := ""
+	var ef errorFile
 	if code != 0 {
-		msg = readErrorFile(rp.errFile)
+		ef = readErrorFile(rp.errFile)
 	}
-	a.exited(rp, code, sig, msg)
+	a.exited(rp, code, sig, ef, end)
 }
 
 // rankDir is the Dir for a rank's exec.Cmd: "" (inherit) when dir is where
@@ -162,12 +182,16 @@ func rankDir(dir string) string {
 	return dir
 }
 
-// exited reports a rank's end and marks it done.
-func (a *agent) exited(rp *rankProc, code int, sig, msg string) {
+// exited reports a rank's end, at time end, and marks it done.
+func (a *agent) exited(rp *rankProc, code int, sig string, ef errorFile, end time.Time) {
 	rp.exited.Store(true)
+	signum := 0
+	if sig != "" {
+		signum = code - 128
+	}
 	a.emit(proto.Event{
-		Type: proto.EventRankExited, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
-		PID: rp.pid, Code: code, Signal: sig, Killed: rp.killed.Load(), Message: msg,
+		Type: proto.EventRankExited, Time: end, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+		PID: rp.pid, Code: code, Signal: sig, Killed: rp.killedBy(signum), Message: ef.Message, PeerFailed: ef.PeerFailed,
 	})
 	close(rp.done)
 }
@@ -268,33 +292,52 @@ func (a *agent) oversizedStatus(rp *rankProc, size int, end error) {
 			rp.spec.Rank, what, StatusFD, proto.MaxLogLine)})
 }
 
-// readErrorFile returns the message a failed PyTorch rank recorded in its
-// TORCHELASTIC_ERROR_FILE (written by torch's @record decorator), or "".
-func readErrorFile(path string) string {
+// errorFile is what a failed rank recorded in its TORCHELASTIC_ERROR_FILE.
+type errorFile struct {
+	Message string
+	// PeerFailed is gtrain's addition ("peer_failed": true): the rank
+	// failed because a peer died, so it is not the cause of the failure.
+	PeerFailed bool
+}
+
+// maxErrorFile bounds what is read of a rank's error file.
+const maxErrorFile = 1 << 20
+
+// readErrorFile returns what a failed rank recorded in its
+// TORCHELASTIC_ERROR_FILE (written by torch's @record decorator, or by
+// gtrain worker), or nothing.
+func readErrorFile(path string) errorFile {
 	if path == "" {
-		return ""
+		return errorFile{}
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return errorFile{}
 	}
-	var f struct {
-		Message json.RawMessage `json:"message"`
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxErrorFile))
+	if err != nil {
+		return errorFile{}
 	}
-	if json.Unmarshal(b, &f) != nil {
-		return ""
+	var file struct {
+		Message    json.RawMessage `json:"message"`
+		PeerFailed bool            `json:"peer_failed"`
 	}
+	if json.Unmarshal(b, &file) != nil {
+		return errorFile{}
+	}
+	ef := errorFile{PeerFailed: file.PeerFailed}
 	var inner struct {
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(f.Message, &inner) == nil && inner.Message != "" {
-		return strings.TrimSpace(inner.Message)
-	}
 	var s string
-	if json.Unmarshal(f.Message, &s) == nil {
-		return strings.TrimSpace(s)
+	switch {
+	case json.Unmarshal(file.Message, &inner) == nil && inner.Message != "":
+		ef.Message = strings.TrimSpace(inner.Message)
+	case json.Unmarshal(file.Message, &s) == nil:
+		ef.Message = strings.TrimSpace(s)
 	}
-	return ""
+	return ef
 }
 
 // mergeEnv returns base with the KEY=VALUE entries of each overlay applied in

@@ -50,8 +50,9 @@ const (
 
 // Command types written by the launcher after the Spec.
 const (
-	// CommandStop asks the agent to tear down all ranks: SIGTERM to each
-	// rank's process group, SIGKILL after the grace period.
+	// CommandStop asks the agent to tear down all ranks: SIGTERM (or the
+	// command's Signal) to each rank's process group, SIGKILL after the grace
+	// period.
 	CommandStop = "stop"
 	// CommandKill asks for an immediate SIGKILL of every rank's process group
 	// (a second Ctrl-C).
@@ -119,6 +120,10 @@ type Command struct {
 	Type   string   `json:"type"`
 	Reason string   `json:"reason,omitempty"`
 	Env    []string `json:"env,omitempty"` // start: KEY=VALUE added to every rank (MASTER_ADDR, MASTER_PORT)
+	// Signal is, for stop, the signal sent first instead of SIGTERM: the
+	// preemption signal the launcher received ("SIGUSR1"), forwarded to the
+	// ranks. An agent that does not know it sends SIGTERM.
+	Signal string `json:"signal,omitempty"`
 }
 
 // Event is a message from an agent to the launcher. Which fields are set
@@ -145,7 +150,10 @@ type Event struct {
 	// rank_exited
 	Code   int    `json:"code,omitempty"`   // exit code; 128+signal when killed by a signal
 	Signal string `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
-	Killed bool   `json:"killed,omitempty"` // the agent signalled it during teardown
+	Killed bool   `json:"killed,omitempty"` // the agent signalled it during teardown (and, if a signal ended it, sent that one)
+	// PeerFailed: the rank's error file says it failed because a peer died
+	// ("peer_failed": true, gtrain's addition to torch's error file).
+	PeerFailed bool `json:"peer_failed,omitempty"`
 	// rank_exited (from TORCHELASTIC_ERROR_FILE), error, done
 	Message string `json:"message,omitempty"`
 }
