@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -37,11 +38,57 @@ func Stdio() *IOStreams {
 	}
 }
 
-// signals carries gtrain's own interrupts to the commands: the first SIGINT or
-// SIGTERM cancels ctx with an *launch.InterruptedError as its cause; a second
-// one closes abort (stop waiting for a graceful teardown).
+// signals carries gtrain's own interrupts to the commands: the first SIGINT,
+// SIGTERM or SIGUSR1 cancels ctx with an *launch.InterruptedError as its
+// cause (the launcher forwards SIGTERM and SIGUSR1 to the ranks as a
+// preemption); a second one closes abort (stop waiting for a graceful
+// teardown). A command that saves its state on preemption (the worker)
+// calls catchPreemption first: then the first SIGTERM or SIGUSR1 closes
+// preempt instead, and only the next signal cancels ctx.
 type signals struct {
-	abort <-chan struct{}
+	abort   <-chan struct{}
+	preempt chan struct{}
+	catch   atomic.Bool
+	// preemptedBy is the signal that closed preempt.
+	preemptedBy atomic.Value
+}
+
+// newSignals returns signals whose channels nothing has closed yet.
+func newSignals(abort <-chan struct{}) *signals {
+	return &signals{abort: abort, preempt: make(chan struct{})}
+}
+
+// catchPreemption makes the first SIGTERM or SIGUSR1 close the returned
+// channel rather than cancel the command's context.
+func (s *signals) catchPreemption() <-chan struct{} {
+	s.catch.Store(true)
+	return s.preempt
+}
+
+// preemptSignal is the signal that closed preempt, or nil.
+func (s *signals) preemptSignal() os.Signal {
+	sig, _ := s.preemptedBy.Load().(os.Signal)
+	return sig
+}
+
+// relay turns the process's signals into ctx's cancellation, preempt and
+// abort, in that order of escalation.
+func (s *signals) relay(sigc <-chan os.Signal, cancel context.CancelCauseFunc, abort chan<- struct{}) {
+	preempted, cancelled := false, false
+	for sig := range sigc {
+		switch {
+		case !preempted && !cancelled && s.catch.Load() && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
+			preempted = true
+			s.preemptedBy.Store(sig)
+			close(s.preempt)
+		case !cancelled:
+			cancelled = true
+			cancel(&launch.InterruptedError{Signal: sig})
+		default:
+			close(abort)
+			return
+		}
+	}
 }
 
 // Main runs gtrain with args and returns its exit code.
@@ -50,22 +97,15 @@ func Main(args []string, ios *IOStreams) int {
 	defer cancel(nil)
 	abort := make(chan struct{})
 	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	// SIGUSR1 is Slurm's warning before preemption (--signal=USR1@…).
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	// Writes to a closed stdout return EPIPE instead of killing gtrain, so the
 	// agent can still tear its ranks down when the launcher is gone.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	defer signal.Stop(sigc)
-	go func() {
-		s, ok := <-sigc
-		if !ok {
-			return
-		}
-		cancel(&launch.InterruptedError{Signal: s})
-		if _, ok := <-sigc; ok {
-			close(abort)
-		}
-	}()
-	root := NewCmdRoot(ios, &signals{abort: abort})
+	sig := newSignals(abort)
+	go sig.relay(sigc, cancel, abort)
+	root := NewCmdRoot(ios, sig)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
@@ -115,7 +155,7 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdData(ios),
 		NewCmdPlan(ios),
 		NewCmdResume(ios, sig),
-		NewCmdWorker(ios),
+		NewCmdWorker(ios, sig),
 		NewCmdVersion(ios),
 	)
 	typeUsageErrors(root)

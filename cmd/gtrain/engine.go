@@ -237,6 +237,7 @@ e.g. the ZeRO stage or the steps.`,
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the plan, start nothing")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the checkpoint's job, e.g. --set steps=2000 (repeatable)")
+	addRestartFlag(f, opts)
 	return cmd
 }
 

@@ -11,12 +11,15 @@ import (
 )
 
 // Exit codes of gtrain (documented in README.md). Besides these, gtrain exits
-// with the exit code of the first rank that failed, and with 128+n when it was
-// interrupted by signal n.
+// with the exit code of the rank whose failure caused the job's (see
+// launch.RankFailedError), and with 128+n when it was interrupted by signal n.
 const (
 	ExitOK      = 0 // every rank exited 0
 	ExitFailure = 1 // gtrain itself failed: an agent was lost, a process could not start, I/O
 	ExitUsage   = 2 // bad flags, config, job file, hostfile or filter
+	// ExitResumable: stopped by SIGTERM or SIGUSR1 (preemption) after every
+	// rank saved its state; continue with `gtrain resume DIR`.
+	ExitResumable = launch.ExitResumable
 )
 
 // ExitCode maps an error to gtrain's exit code. It is the only place that
@@ -25,10 +28,11 @@ func ExitCode(err error) int {
 	var (
 		rank   *launch.RankFailedError
 		intr   *launch.InterruptedError
+		saved  *launch.ResumableError
 		usage  *launch.UsageError
 		parse  *hostfiles.ParseError
-		input  *userfile.Error    // a file the user named cannot be used
 		locked *ckpt.LockedError  // the checkpoint dir is another job's
+		input  *userfile.Error    // a file the user named cannot be used
 		memory *train.MemoryError // the job cannot fit in a host's memory
 	)
 	switch {
@@ -39,9 +43,11 @@ func ExitCode(err error) int {
 			return ExitFailure
 		}
 		return rank.Code
+	case errors.As(err, &saved):
+		return ExitResumable
 	case errors.As(err, &intr):
 		return intr.Code()
-	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &input), errors.As(err, &locked),
+	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &locked), errors.As(err, &input),
 		errors.As(err, &memory):
 		return ExitUsage
 	default:

@@ -89,12 +89,17 @@ Flags come before the command; everything from the command on is passed to it.`,
 	addLaunchFlags(f, opts)
 	f.StringVar(&opts.Job, "job", "", "YAML job file for the built-in engine (no command; default: the built-in default job)")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the job, e.g. --set optim.lr=3e-4 (repeatable)")
-	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails")
+	addRestartFlag(f, opts)
 	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
 	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
 	return cmd
+}
+
+// addRestartFlag adds --max-restarts, shared by run and resume.
+func addRestartFlag(f *pflag.FlagSet, opts *RunOptions) {
+	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails or a host is lost, waiting 1s, 2s, 4s, ... (at most 30s) before each; the built-in engine resumes from its newest checkpoint")
 }
 
 // addLaunchFlags adds the flags that say where and how ranks run: shared

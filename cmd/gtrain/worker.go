@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spf13/cobra"
 
@@ -19,18 +23,23 @@ import (
 // WorkerOptions are the inputs of `gtrain worker`, one rank of the built-in
 // engine.
 type WorkerOptions struct {
-	IO     *IOStreams
-	Job    string   // job file, when not started by the launcher
-	Sets   []string // key=value overrides of the job file
-	Resume bool
-	From   string // a step directory to resume from (--resume-from)
+	IO      *IOStreams
+	Signals *signals
+	Job     string   // job file, when not started by the launcher
+	Sets    []string // key=value overrides of the job file
+	Resume  bool
+	From    string // a step directory to resume from (--resume-from)
 }
 
 // NewCmdWorker is the hidden command every rank of the built-in engine runs.
 // Under `gtrain run` the job arrives resolved in GTRAIN_JOB_SPEC; run alone,
 // it trains one rank from --job (or the default job) in this process.
-func NewCmdWorker(ios *IOStreams) *cobra.Command {
-	opts := &WorkerOptions{IO: ios}
+//
+// SIGTERM or SIGUSR1 asks it to stop for preemption: it saves a checkpoint
+// at the next step boundary and exits with launch.ExitResumable (75); a
+// second signal stops it at once.
+func NewCmdWorker(ios *IOStreams, sig *signals) *cobra.Command {
+	opts := &WorkerOptions{IO: ios, Signals: sig}
 	cmd := &cobra.Command{
 		Use:    "worker",
 		Short:  "Run one rank of the built-in training engine",
@@ -48,7 +57,15 @@ func NewCmdWorker(ios *IOStreams) *cobra.Command {
 	return cmd
 }
 
-func workerRun(ctx context.Context, o *WorkerOptions) error {
+func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
+	// Before anything slow: a preemption while the model is built must
+	// not cancel ctx, the trainer returns promptly on its own.
+	preempt := o.Signals.catchPreemption()
+	defer func() {
+		if err != nil {
+			writeErrorFile(o.IO.Getenv("TORCHELASTIC_ERROR_FILE"), err)
+		}
+	}()
 	spec, err := o.spec(ctx)
 	if err != nil {
 		return err
@@ -60,11 +77,26 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 	defer closeEnv()
 	env.Resume, env.ResumeFrom = o.Resume, o.From
 	env.RunID = o.IO.Getenv("TORCHELASTIC_RUN_ID")
+	// A restart of the job (--max-restarts) continues from the newest
+	// checkpoint this job wrote, rather than refusing its own directory.
+	env.Restart = restartCount(o.IO.Getenv) > 0
+	env.Preempt = preempt
 	env.Log = o.IO.Out
 	env.Warn = func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) }
+	failAt, err := faultStep(o.IO.Getenv, env.Restart)
+	if err != nil {
+		return err
+	}
+	env.StopAfter = failAt
 	res, err := train.Run(ctx, spec, env)
 	if err != nil {
 		return err
+	}
+	if res.Preempted {
+		return o.preempted(res)
+	}
+	if failAt > 0 && res.Steps == failAt && failAt < spec.Steps {
+		return fmt.Errorf("worker: %s=%d: failing after step %d on purpose (fault injection for tests)", envFailAfter, failAt, failAt)
 	}
 	switch {
 	case res.Checkpoint == "" || env.Rank != 0:
@@ -74,6 +106,81 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 		fmt.Fprintf(o.IO.Out, "saved %s; export the weights with: gtrain ckpt export %s -o model.safetensors\n", res.Checkpoint, spec.Checkpoint.Dir)
 	}
 	return nil
+}
+
+// preempted is how a rank that stopped for preemption ends: with
+// ExitResumable when it saved a checkpoint (the trainer has said where),
+// else as interrupted (128+n).
+func (o *WorkerOptions) preempted(res train.Result) error {
+	sig := o.Signals.preemptSignal()
+	if sig == nil {
+		sig = syscall.SIGTERM
+	}
+	if res.Checkpoint == "" {
+		fmt.Fprintf(o.IO.Err, "gtrain: worker: stopped by %s before a checkpoint was saved\n", unix.SignalName(sig.(syscall.Signal)))
+		return &silentError{&launch.InterruptedError{Signal: sig}}
+	}
+	return &silentError{&launch.ResumableError{Signal: sig}}
+}
+
+// restartCount is the launcher's TORCHELASTIC_RESTART_COUNT: 0 for the
+// first attempt of a job (or a rank started alone).
+func restartCount(getenv func(string) string) int {
+	n, err := strconv.Atoi(getenv("TORCHELASTIC_RESTART_COUNT"))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// envFailAfter makes the first attempt of a job fail after the given step,
+// after its checkpoints up to there: a fault injection that lets the tests
+// of --max-restarts fail a real rank at a known point.
+const envFailAfter = "GTRAIN_FAULT_FAIL_AFTER_STEP"
+
+// faultStep is the step envFailAfter asks the first attempt to fail after,
+// or 0.
+func faultStep(getenv func(string) string, restart bool) (int, error) {
+	v := getenv(envFailAfter)
+	if v == "" || restart {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, &launch.UsageError{Err: fmt.Errorf("worker: %s=%q: want a step number ≥ 1", envFailAfter, v)}
+	}
+	return n, nil
+}
+
+// writeErrorFile records err in the rank's TORCHELASTIC_ERROR_FILE, in the
+// form torch's @record writes, so that the launcher's failure report quotes
+// it; "peer_failed" tells the launcher the rank failed only because a peer
+// died, so it blames the peer. Best effort: the exit code says the rest.
+func writeErrorFile(path string, err error) {
+	if path == "" {
+		return
+	}
+	type message struct {
+		Message   string            `json:"message"`
+		ExtraInfo map[string]string `json:"extraInfo"`
+	}
+	b, jerr := json.Marshal(struct {
+		Message    message `json:"message"`
+		PeerFailed bool    `json:"peer_failed,omitempty"`
+	}{
+		Message:    message{Message: err.Error(), ExtraInfo: map[string]string{"timestamp": strconv.FormatInt(time.Now().Unix(), 10)}},
+		PeerFailed: peerFailed(err),
+	})
+	if jerr == nil {
+		_ = os.WriteFile(path, b, 0o600)
+	}
+}
+
+// peerFailed says whether err is this rank's reaction to a peer's failure:
+// the link to a peer closed, its process is gone, or it stopped answering.
+func peerFailed(err error) bool {
+	var pe *comm.PeerError
+	return errors.As(err, &pe) || errors.Is(err, comm.ErrPeerGone) || errors.Is(err, comm.ErrPeerClosed)
 }
 
 // spec is the launcher's resolved spec, else the job file with overrides.
