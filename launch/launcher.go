@@ -457,10 +457,21 @@ func (a *attempt) agentLost(e *AgentLostError, why string) {
 	}
 	e.at = time.Now()
 	a.lost = append(a.lost, e)
-	if a.failure == nil {
+	if a.failure == nil && a.othersRunning(e.Node) {
 		notice(a.view, "stopping the job: "+e.short())
 	}
 	a.fail(e, why)
+}
+
+// othersRunning says whether an agent other than node's is still going,
+// so that stopping the job takes a while worth announcing.
+func (a *attempt) othersRunning(node int) bool {
+	for i := range a.conns {
+		if i != node && !a.ended[i] && !a.done[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // agentEnded handles the end of an agent's event stream. An agent that ends

@@ -78,7 +78,8 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 	env.Resume, env.ResumeFrom = o.Resume, o.From
 	env.RunID = o.IO.Getenv("TORCHELASTIC_RUN_ID")
 	// A restart of the job (--max-restarts) continues from the newest
-	// checkpoint this job wrote, rather than refusing its own directory.
+	// checkpoint this job wrote, rather than refusing its own directory
+	// (or, resumed from a step directory, setting its own newer ones aside).
 	env.Restart = restartCount(o.IO.Getenv) > 0
 	env.Preempt = preempt
 	env.Log = o.IO.Out
