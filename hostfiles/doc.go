@@ -12,7 +12,7 @@
 //
 //	[user@]host[:port] slots=N [max_slots=M]
 //
-// slots=N is the number of slots (usually GPUs) on the host, from 1 to 4096.
+// slots=N is the number of slots (usually GPUs) on the host, from 1 to 1024.
 // max_slots=M is optional and must be at least N; the Open MPI spelling
 // max-slots=M is accepted too. Each key may appear once per line; any other
 // key is an error. With slots= on the line, "host:X" means X is the SSH port

@@ -12,9 +12,11 @@ import (
 // exhausting the launcher's memory.
 const (
 	// MaxSlotsPerHost bounds slots= and max_slots= (ranks on one host). The
-	// largest machines have 8 to 16 GPUs, or some 1500 hardware threads for
-	// CPU ranks; each rank is a process the host's agent supervises.
-	MaxSlotsPerHost = 4096
+	// largest machines have 8 to 16 GPUs, or a few hundred cores for CPU
+	// ranks. Each rank of a host gets the host's whole slot list
+	// (CUDA_VISIBLE_DEVICES), so a job's plan grows with ranks × slots per
+	// host: at 1024 and MaxRanks, some 300 MB.
+	MaxSlotsPerHost = 1024
 	// MaxHosts bounds the hosts of one hostfile.
 	MaxHosts = 65536
 	// MaxFileSlots bounds the slots of one hostfile, all hosts together: a

@@ -149,7 +149,7 @@ func TestSelectBadHosts(t *testing.T) {
 		msg   string
 	}{
 		{"no hosts", nil, "hostfiles: no hosts to select from"},
-		{"zero slots", []Host{{Name: "a"}}, `hostfiles: host "a" has 0 slots: want 1 to 4096`},
+		{"zero slots", []Host{{Name: "a"}}, `hostfiles: host "a" has 0 slots: want 1 to 1024`},
 		{"too many slots", []Host{{Name: "a", Slots: 1 << 40}}, `host "a" has 1099511627776 slots`},
 		{"duplicate", []Host{{Name: "a", Slots: 1}, {Name: "A", Slots: 1}}, `hostfiles: duplicate host "A"`},
 	}
@@ -195,7 +195,7 @@ func TestAll(t *testing.T) {
 func TestSelectMaxRanks(t *testing.T) {
 	hosts := testHosts(t, manyHosts(MaxRanks/MaxSlotsPerHost+1, MaxSlotsPerHost))
 	_, err := Select(hosts, Filter{})
-	if err == nil || !strings.Contains(err.Error(), "69632 slots selected: a job has at most 65536 ranks") {
+	if err == nil || !strings.Contains(err.Error(), "66560 slots selected: a job has at most 65536 ranks") {
 		t.Errorf("Select of every slot = %v, want the rank limit", err)
 	}
 	nodes, err := Select(hosts, Filter{NumNodes: MaxRanks / MaxSlotsPerHost})

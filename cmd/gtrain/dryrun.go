@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,17 +20,49 @@ import (
 // object. A plan of many ranks is megabytes long: printPlan stops, returning
 // context.Cause(ctx), when ctx is done.
 func printPlan(ctx context.Context, w io.Writer, p *launch.Plan, output string) error {
-	if output == "json" {
-		// One document, encoded in well under a second at the most ranks.
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(p)
-	}
 	bw := bufio.NewWriter(w) // a write per line is a million system calls
-	if err := printLaunchPlan(ctx, bw, p); err != nil {
+	print := printLaunchPlan
+	if output == "json" {
+		print = printLaunchPlanJSON
+	}
+	if err := print(ctx, bw, p); err != nil {
 		return err
 	}
 	return bw.Flush()
+}
+
+// printLaunchPlanJSON writes p as json.MarshalIndent would, but a rank at a time:
+// the document of the most ranks is hundreds of megabytes, which an encoder
+// would hold in memory twice over.
+func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Plan) error {
+	head := *p
+	head.Ranks = nil
+	b, err := json.MarshalIndent(&head, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The ranks come last: "ranks": null} becomes the array, written here.
+	b, ok := bytes.CutSuffix(b, []byte("null\n}"))
+	if !ok || len(p.Ranks) == 0 {
+		b, err = json.MarshalIndent(p, "", "  ")
+		_, werr := w.Write(append(b, '\n'))
+		return cmp.Or(err, werr)
+	}
+	w.Write(append(b, "[\n    "...))
+	for i := range p.Ranks {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if i > 0 {
+			io.WriteString(w, ",\n    ")
+		}
+		if b, err = json.MarshalIndent(&p.Ranks[i], "    ", "  "); err != nil {
+			return err
+		}
+		w.Write(b)
+	}
+	_, err = io.WriteString(w, "\n  ]\n}\n")
+	return err
 }
 
 func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Plan) error {
