@@ -86,12 +86,19 @@ func (e *RankFailedError) Report() string {
 	return b.String()
 }
 
-// InterruptedError means gtrain itself was signalled (Ctrl-C, SIGTERM) and tore
-// the job down. gtrain exits with 128 + the signal number, like a shell.
+// InterruptedError means gtrain itself was signalled (Ctrl-C, SIGTERM) and
+// stopped what it was doing; Run reports it as "launch: interrupted by
+// SIGINT: job stopped". gtrain exits with 128 + the signal number, like a
+// shell.
 type InterruptedError struct{ Signal os.Signal }
 
 func (e *InterruptedError) Error() string {
-	return fmt.Sprintf("launch: interrupted by %s: job stopped", signalName(e.Signal))
+	return fmt.Sprintf("interrupted by %s", signalName(e.Signal))
+}
+
+// jobStopped is an interruption of a running job, as Run reports it.
+func jobStopped(cause error) error {
+	return fmt.Errorf("launch: %w: job stopped", cause)
 }
 
 // Preemption reports whether the signal asks the job to stop and save rather

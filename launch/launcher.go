@@ -63,6 +63,7 @@ func Run(ctx context.Context, p *Plan, rt Runtime) error {
 		wait := rt.restartWait(attempt)
 		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait, attempt+1, p.MaxRestarts))
 		if err := sleepCtx(ctx, wait); err != nil {
+			err = jobStopped(err)
 			notice(rt.View, err.Error())
 			return err
 		}
@@ -379,10 +380,10 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 			notice(a.view, "rendezvous: "+line)
 		case <-interrupted:
 			interrupted = nil
-			a.fail(context.Cause(ctx), "interrupted")
+			a.fail(jobStopped(context.Cause(ctx)), "interrupted")
 		case <-abort:
 			abort = nil
-			a.fail(context.Cause(ctx), "killed")
+			a.fail(jobStopped(context.Cause(ctx)), "killed")
 			a.sendAll(proto.CommandKill, "second interrupt")
 		case <-a.deadline:
 			a.deadline = nil
@@ -581,7 +582,7 @@ func (a *attempt) result() error {
 			notice(a.view, err.Error())
 			return err
 		}
-		notice(a.view, ie.Error())
+		notice(a.view, a.failure.Error())
 	}
 	return a.failure
 }

@@ -66,11 +66,16 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 			writeErrorFile(o.IO.Getenv("TORCHELASTIC_ERROR_FILE"), err)
 		}
 	}()
-	spec, err := o.spec(ctx)
+	// Until the trainer runs there is nothing to save: reading the job and
+	// joining the other ranks stop at the first signal.
+	setup, endSetup := o.untilPreempted(ctx, preempt)
+	spec, err := o.spec(setup)
 	if err != nil {
+		endSetup()
 		return err
 	}
-	env, closeEnv, err := rankEnv(ctx, o.IO)
+	env, closeEnv, err := rankEnv(setup, o.IO)
+	endSetup()
 	if err != nil {
 		return err
 	}
@@ -94,7 +99,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 		return err
 	}
 	if res.Preempted {
-		return o.preempted(res)
+		return o.preempted(res, spec.Checkpoint.Dir)
 	}
 	if failAt > 0 && res.Steps == failAt && failAt < spec.Steps {
 		return fmt.Errorf("worker: %s=%d: failing after step %d on purpose (fault injection for tests)", envFailAfter, failAt, failAt)
@@ -112,16 +117,43 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 // preempted is how a rank that stopped for preemption ends: with
 // ExitResumable when it saved a checkpoint (the trainer has said where),
 // else as interrupted (128+n).
-func (o *WorkerOptions) preempted(res train.Result) error {
+func (o *WorkerOptions) preempted(res train.Result, dir string) error {
 	sig := o.Signals.preemptSignal()
 	if sig == nil {
 		sig = syscall.SIGTERM
 	}
 	if res.Checkpoint == "" {
+		// Stopped while building: resumable all the same when the job
+		// (a resume or a restart) already has a checkpoint to go on from.
+		if c, ok := train.NewestValid(dir); dir != "" && ok {
+			fmt.Fprintf(o.IO.Err, "gtrain: worker: stopped by %s before training; the job resumes from %s\n", unix.SignalName(sig.(syscall.Signal)), c.Dir)
+			return &silentError{&launch.ResumableError{Signal: sig}}
+		}
 		fmt.Fprintf(o.IO.Err, "gtrain: worker: stopped by %s before a checkpoint was saved\n", unix.SignalName(sig.(syscall.Signal)))
 		return &silentError{&launch.InterruptedError{Signal: sig}}
 	}
 	return &silentError{&launch.ResumableError{Signal: sig}}
+}
+
+// untilPreempted is ctx, cancelled also by a preemption until the returned
+// func is called. The derived context is never cancelled after that, since
+// the links set up under it live on into training.
+func (o *WorkerOptions) untilPreempted(ctx context.Context, preempt <-chan struct{}) (context.Context, func()) {
+	setup, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-preempt:
+			sig := o.Signals.preemptSignal()
+			if sig == nil {
+				sig = syscall.SIGTERM
+			}
+			cancel(&launch.InterruptedError{Signal: sig})
+		case <-done:
+		case <-setup.Done():
+		}
+	}()
+	return setup, func() { close(done) }
 }
 
 // restartCount is the launcher's TORCHELASTIC_RESTART_COUNT: 0 for the
