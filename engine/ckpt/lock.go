@@ -120,7 +120,12 @@ func lockFile(dir, name string, owner LockOwner) (*DirLock, error) {
 		// os.OpenFile sets O_CLOEXEC: the ranks and agents the launcher
 		// starts must not inherit the lock and keep it after it dies.
 		// O_NONBLOCK: a FIFO planted under the name must not hang the open.
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NONBLOCK, 0o644)
+		// O_NOFOLLOW: a symbolic link must not make us empty its target
+		// when the lock is released.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0o644)
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fail(fmt.Errorf("%s is a symbolic link, not a regular file: remove it", path))
+		}
 		if err != nil {
 			return nil, fail(err)
 		}
@@ -208,7 +213,7 @@ func (l *DirLock) record(owner LockOwner) error {
 // cannot be read or parsed (a holder between its flock and its record).
 func readOwner(path string) LockOwner {
 	var o LockOwner
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return o
 	}

@@ -218,11 +218,20 @@ func TestLockSpecialFile(t *testing.T) {
 	fifo, dir := t.TempDir(), t.TempDir()
 	must(t, syscall.Mkfifo(filepath.Join(fifo, LockName), 0o644))
 	must(t, os.Mkdir(filepath.Join(dir, LockName), 0o755))
-	for _, d := range []string{fifo, dir} {
+	// A link to a file of the user's: locking must refuse it, and the
+	// target must keep its bytes (a release empties the lock file).
+	link := t.TempDir()
+	target := filepath.Join(t.TempDir(), "precious")
+	must(t, os.WriteFile(target, []byte("keep me"), 0o644))
+	must(t, os.Symlink(target, filepath.Join(link, LockName)))
+	for _, d := range []string{fifo, dir, link} {
 		_, err := Lock(d, ThisProcess("a", ""))
 		if err == nil || !strings.Contains(err.Error(), filepath.Join(d, LockName)) {
 			t.Errorf("Lock with a special lock file: %v", err)
 		}
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "keep me" {
+		t.Errorf("the target of a linked lock file holds %q (%v), want it untouched", b, err)
 	}
 	if o := readOwner(filepath.Join(fifo, LockName)); o.PID != 0 {
 		t.Errorf("owner read from a FIFO: %+v", o)
