@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-plan
+.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-plan
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -51,6 +51,12 @@ test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels
 	$(MAKE) fuzz
+
+# The suite on a busy machine: `make test` N times (default 3) with every
+# core taken by a busy loop and 2 GiB held by a memory hog; prints each run's
+# wall time and stops at the first failure.
+test-busy:
+	bash .ci/busy-test $(or $(N),3)
 
 # gtrain's all-reduce against Open MPI and PyTorch gloo on this machine,
 # interleaved, 5 runs (installs openmpi-bin, libopenmpi-dev, python3-torch).
