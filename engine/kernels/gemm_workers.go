@@ -10,19 +10,32 @@ import (
 // Sgemm hands chunks to long-lived helper goroutines instead of starting
 // goroutines per call: a go statement allocates, and a training step makes
 // hundreds of calls. A helper that finishes a call looks for the next one
-// for gemmSpin (in gemmOffer), then parks until it is handed one on
+// for a while (gemmSpinFor), then parks until it is handed one on
 // gemmHelp. The spin is there because waking a parked goroutine took about
 // 90 µs on the development machine (a VM whose idle vCPU has to be woken):
 // a helper came too late to help a multiply of less than 100 µs at all,
 // and cost more bigger ones 90 µs each.
+//
+// Spinning is bounded, in time and in number, because a spinner keeps a P
+// and its thread busy: on a host shared with other processes, or with
+// more Ps than the cores the process gets, it takes them from the
+// goroutines doing the work and from the runtime, and every spinner's
+// runtime.Gosched takes the scheduler's global lock (see gemmSpinFor and
+// gemmSpinAdmit).
 var (
 	gemmHelp     = make(chan *sgemmCall)
 	gemmOffer    atomic.Pointer[sgemmCall] // the latest call that wants helpers
 	gemmHelpers  atomic.Int64              // helper goroutines
 	gemmSpinners atomic.Int64              // helpers looking at gemmOffer
+	gemmParked   atomic.Int64              // helpers waiting on gemmHelp
 )
 
-const gemmSpin = 50 * time.Microsecond
+// gemmSpin is how long a helper looks for a call once the one it helped has
+// ended, and gemmSpinMax how long it waits for that one to end.
+const (
+	gemmSpin    = 50 * time.Microsecond
+	gemmSpinMax = time.Millisecond
+)
 
 // The state of a call (sgemmCall.state) counts, in its high 32 bits, the
 // helpers it still wants and, in the low 32, the goroutines working on it:
@@ -114,32 +127,61 @@ func (s *sgemmCall) help() {
 func gemmHelper(s *sgemmCall) {
 	for {
 		s.help()
-		s = gemmSpinFor()
-		if s == nil {
-			s = <-gemmHelp
+		if next := gemmSpinFor(s); next != nil {
+			s = next
+			continue
+		}
+		gemmParked.Add(1)
+		s = <-gemmHelp
+		gemmParked.Add(-1)
+	}
+}
+
+// gemmSpinFor looks at gemmOffer for a call that wants a helper, if
+// gemmSpinAdmit lets it spin at all. It keeps looking while last, the call
+// the helper just left (or the next call to reuse its struct), is still
+// running, for at most gemmSpinMax: giving up as soon as it ran out of
+// chunks made a helper park while its caller was still busy, be late for
+// the caller's next call too, and so on. Then it looks for gemmSpin more.
+// Other goroutines' calls that want no more helpers do not keep it
+// spinning: with several goroutines multiplying there always is one, and
+// helpers then spun for good.
+func gemmSpinFor(last *sgemmCall) *sgemmCall {
+	if !gemmSpinAdmit() {
+		return nil
+	}
+	defer gemmSpinners.Add(-1)
+	t0 := time.Now()
+	var seen time.Duration // since t0, when last was last seen running
+	for ; ; runtime.Gosched() {
+		if s := gemmOffer.Load(); s != nil && s.state.Load() >= gemmWant {
+			return s
+		}
+		d := time.Since(t0)
+		if last.state.Load()&gemmActive != 0 && d < gemmSpinMax {
+			seen = d
+		} else if d-seen > gemmSpin {
+			return nil
 		}
 	}
 }
 
-// gemmSpinFor looks at gemmOffer for a call that wants a helper, yielding
-// the processor between looks so that the program's goroutines run first.
-// It gives up once no call has been running for gemmSpin: counting from
-// when the helper ran out of chunks instead made a late helper park while
-// the caller was still busy, be late for the next call too, and so on.
-func gemmSpinFor() *sgemmCall {
-	gemmSpinners.Add(1)
-	defer gemmSpinners.Add(-1)
-	for idle := time.Now(); ; runtime.Gosched() {
-		s := gemmOffer.Load()
-		switch {
-		case s == nil:
-			if time.Since(idle) > gemmSpin {
-				return nil
-			}
-		case s.state.Load() >= gemmWant:
-			return s
-		default:
-			idle = time.Now() // running, but wants no more helpers
+// gemmSpinAdmit counts a new spinner unless GOMAXPROCS-1 helpers spin
+// already: no call wants more, and a spinning P runs none of the program's
+// other goroutines that wait behind a busy P. It takes its next goroutine
+// from the global queue, where runtime.Gosched puts the spinners, so it
+// never steals: with one helper spinning beside a busy goroutine, a
+// goroutine that one started waited 11 ms (a time slice) to run instead of
+// 0.13 ms.
+func gemmSpinAdmit() bool {
+	limit := int64(runtime.GOMAXPROCS(0) - 1)
+	for {
+		n := gemmSpinners.Load()
+		if n >= limit {
+			return false
+		}
+		if gemmSpinners.CompareAndSwap(n, n+1) {
+			return true
 		}
 	}
 }
