@@ -31,6 +31,10 @@ const ConfigLimit = 4 << 20
 // ErrTooLarge is the Err of an [*Error] for a file over its limit.
 var ErrTooLarge = errors.New("file too large")
 
+// ErrNotRegular is the Err of an [*Error] for a FIFO, device or socket
+// that [ReadRegular] refuses.
+var ErrNotRegular = errors.New("not a regular file")
+
 // Error is a file the user named that cannot be used as one: it is missing,
 // unreadable, a directory, or larger than its limit. It is the user's to
 // fix by naming another file (gtrain exits 2 for it); a failure while
@@ -95,6 +99,31 @@ func ReadAll(r io.Reader, path string, limit int64) ([]byte, error) {
 		return nil, &Error{Path: path, Err: ErrTooLarge, Limit: limit}
 	}
 	return b, nil
+}
+
+// ReadRegular returns the contents of the regular file at path (or of the
+// one a symbolic link at path names), or an [*Error] when it has more than
+// limit bytes or is not a regular file. It is [Read] for callers with no
+// context to give, and for files that another package reads again by name:
+// a regular file can neither block its open or read (a FIFO is opened
+// O_NONBLOCK, which does not wait for a writer, then refused) nor be read
+// without end (/dev/zero is refused).
+func ReadRegular(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &Error{Path: path, Err: unwrapPath(err)}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("stat %s: %w", path, unwrapPath(err))
+	case fi.IsDir():
+		return nil, &Error{Path: path, Err: syscall.EISDIR}
+	case !fi.Mode().IsRegular():
+		return nil, &Error{Path: path, Err: ErrNotRegular}
+	}
+	return ReadAll(f, path, limit)
 }
 
 // Open opens the file at path for reading, returning context.Cause(ctx) as

@@ -102,3 +102,52 @@ func TestSize(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRegular: a regular file, or a link to one, is read up to its
+// limit; a FIFO without a writer is refused at once instead of blocking the
+// open, /dev/zero instead of being read without end.
+func TestReadRegular(t *testing.T) {
+	dir := t.TempDir()
+	small, link, fifo := filepath.Join(dir, "small"), filepath.Join(dir, "link"), filepath.Join(dir, "fifo")
+	if err := os.WriteFile(small, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("small", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for _, p := range []string{small, link} {
+		if b, err := ReadRegular(p, 10); err != nil || string(b) != "0123456789" {
+			t.Errorf("ReadRegular(%s) = %q, %v", p, b, err)
+		}
+	}
+	tests := []struct {
+		name, path string
+		want       error
+		msg        string
+	}{
+		{"one byte over", small, ErrTooLarge, small + ": larger than 9 bytes, the limit for this file"},
+		{"endless device", "/dev/zero", ErrNotRegular, "/dev/zero: not a regular file"},
+		{"fifo without a writer", fifo, ErrNotRegular, fifo + ": not a regular file"},
+		{"directory", dir, syscall.EISDIR, dir + ": is a directory"},
+		{"missing", filepath.Join(dir, "nope"), fs.ErrNotExist, "nope: no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { _, err := ReadRegular(tt.path, 9); done <- err }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second): // a backstop: the open must not block at all
+				t.Fatalf("ReadRegular(%s) blocked", tt.path)
+			}
+			var ue *Error
+			if !errors.As(err, &ue) || !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("ReadRegular(%s) = %v, want an *Error wrapping %v saying %q", tt.path, err, tt.want, tt.msg)
+			}
+		})
+	}
+}
