@@ -122,6 +122,8 @@ func ReadRegular(path string, limit int64) ([]byte, error) {
 		return nil, &Error{Path: path, Err: syscall.EISDIR}
 	case !fi.Mode().IsRegular():
 		return nil, &Error{Path: path, Err: ErrNotRegular}
+	case fi.Size() > limit: // refused unread; ReadAll still bounds a file that grows
+		return nil, &Error{Path: path, Err: ErrTooLarge, Limit: limit}
 	}
 	return ReadAll(f, path, limit)
 }
