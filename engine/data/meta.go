@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/gtrain/gtrain/internal/atomicfile"
+	"github.com/gtrain/gtrain/internal/userfile"
 )
 
 // Meta describes a prepared data directory (its meta.json): which tokenizer
@@ -32,15 +33,25 @@ const (
 
 // WriteMeta writes m as the JSON file path, atomically. Write it after the
 // token files: a directory whose meta.json is there and agrees with them is
-// complete.
-func WriteMeta(path string, m Meta) error {
+// complete. It refuses a meta.json over MaxMetaSize, which ReadMeta would
+// refuse.
+func WriteMeta(path string, m Meta) error { return writeMeta(path, m, MaxMetaSize) }
+
+func writeMeta(path string, m Meta, limit int) error {
 	if m.Sources == nil {
 		m.Sources = []string{}
 	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("data: write %s: %w", path, err)
+	}
+	if len(b) >= limit { // with its newline, over the limit
+		return fmt.Errorf("data: write %s: %s of JSON for %d sources, over the %s a meta.json may have: prepare fewer files at once",
+			path, userfile.Size(int64(len(b))+1), len(m.Sources), userfile.Size(int64(limit)))
+	}
 	return writeAtomic(path, func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(m)
+		_, err := w.Write(append(b, '\n'))
+		return err
 	})
 }
 
@@ -64,10 +75,18 @@ func StartDir(dir string) error {
 	return nil
 }
 
-// ReadMeta reads and checks the meta.json file path.
+// MaxMetaSize bounds a meta.json, so that a data directory whose meta.json
+// is /dev/zero or a huge file is refused instead of read without end. The
+// file lists its sources, up to 2^20 input files for one data prepare:
+// 256 bytes a path, more than real ones take, makes 256 MiB, and WriteMeta
+// refuses to write more.
+const MaxMetaSize = 256 << 20
+
+// ReadMeta reads and checks the meta.json file path: a regular file (a FIFO
+// or device is refused without blocking) of at most MaxMetaSize bytes.
 func ReadMeta(path string) (Meta, error) {
 	var m Meta
-	b, err := os.ReadFile(path)
+	b, err := userfile.ReadRegular(path, MaxMetaSize)
 	if err != nil {
 		return m, fmt.Errorf("data: %w", err)
 	}
