@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/rendezvous"
 )
 
@@ -29,6 +29,13 @@ const (
 	EnvCommAddr        = "GTRAIN_COMM_ADDR"   // address peers dial for TCP links (default: see Init)
 	EnvNoSHM           = "GTRAIN_COMM_NO_SHM" // "1": TCP even between ranks of one host
 )
+
+// maxSecretFile bounds what is read of the store secret file: the agent
+// writes a secret of rendezvous.SecretLen (32) bytes, and 64 KiB is far
+// above any secret while a file named by mistake (/dev/zero, a log) is
+// refused at once. Only a regular file is read, so that a FIFO cannot
+// block a rank that has no context to stop it with.
+const maxSecretFile = 64 << 10
 
 // Env is a rank's place in the job.
 type Env struct {
@@ -76,7 +83,7 @@ func FromEnv(getenv func(string) string) (Env, error) {
 	case file == "":
 		errs = append(errs, fmt.Errorf("%s is not set", EnvStoreSecretFile))
 	default:
-		s, err := os.ReadFile(file)
+		s, err := userfile.ReadRegular(file, maxSecretFile)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", EnvStoreSecretFile, err))
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +69,44 @@ func TestFromEnv(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {
 			t.Errorf("error is not one line: %q", err)
+		}
+	}
+}
+
+// TestFromEnvSecretBounded: a store secret file over maxSecretFile (a
+// sparse file: nothing is written) is refused unread, naming the file and
+// the limit; a FIFO without a writer or /dev/zero is refused at once
+// instead of blocking the rank or being read without end.
+func TestFromEnvSecretBounded(t *testing.T) {
+	dir := t.TempDir()
+	big, fifo := filepath.Join(dir, "big"), filepath.Join(dir, "fifo")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxSecretFile + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, want string }{
+		{big, big + ": larger than 64 KiB, the limit for this file"},
+		{fifo, fifo + ": not a regular file"},
+		{"/dev/zero", "/dev/zero: not a regular file"},
+	} {
+		env := map[string]string{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+			EnvStoreAddr: "127.0.0.1:1", EnvStoreSecretFile: tt.path}
+		done := make(chan error, 1)
+		go func() { _, err := FromEnv(envMap(env)); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), EnvStoreSecretFile+": "+tt.want) {
+				t.Errorf("FromEnv with the secret in %s: %v, want an error saying %q", tt.path, err, tt.want)
+			}
+		case <-time.After(30 * time.Second): // a backstop: it must not block at all
+			t.Fatalf("FromEnv with the secret in %s blocked", tt.path)
 		}
 	}
 }
