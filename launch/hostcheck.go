@@ -149,7 +149,7 @@ func (hc *HostCheck) probe(ctx context.Context, p *hostProbe) {
 		return
 	}
 	s := hc.SSH
-	p.target = s.resolveTarget(p.host, p.host.User, hostPort(p.host))
+	p.target = s.resolveTarget(ctx, p.host, p.host.User, hostPort(p.host))
 	p.Addr, p.User = p.target.Addr(), p.target.User
 	client, err := s.dial(ctx, p.target)
 	if err != nil {

@@ -58,7 +58,7 @@ func (s *SSH) warn(msg string) {
 
 // Start implements Transport.
 func (s *SSH) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
-	t := s.resolveTarget(h, h.User, hostPort(h))
+	t := s.resolveTarget(ctx, h, h.User, hostPort(h))
 	client, err := s.dial(ctx, t)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (s *SSH) dialJump(ctx context.Context, t sshTarget) (net.Conn, error) {
 		host = h
 		fmt.Sscan(p, &port)
 	}
-	jt := s.resolveTarget(PlanHost{Name: host}, user, port)
+	jt := s.resolveTarget(ctx, PlanHost{Name: host}, user, port)
 	jt.ProxyJump = "" // one hop
 	jump, err := s.dial(ctx, jt)
 	if err != nil {
@@ -149,12 +149,12 @@ func (c *jumpConn) Close() error {
 
 // handshake runs the SSH handshake on raw within ctx's deadline.
 func (s *SSH) handshake(ctx context.Context, raw net.Conn, t sshTarget) (*ssh.Client, error) {
-	cb, algos, err := s.hostKeys(t)
+	cb, algos, err := s.hostKeys(ctx, t)
 	if err != nil {
 		return nil, err
 	}
 	cfg := &ssh.ClientConfig{
-		User: t.User, Auth: s.authMethods(t), HostKeyCallback: cb, HostKeyAlgorithms: algos,
+		User: t.User, Auth: s.authMethods(ctx, t), HostKeyCallback: cb, HostKeyAlgorithms: algos,
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Timeout = time.Until(dl)

@@ -243,11 +243,11 @@ func TestSSHConfigAlias(t *testing.T) {
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
 	tr.Config.ConfigFile = conf
 	tr.Config.Identities = nil
-	tgt := tr.resolveTarget(PlanHost{Name: "trainer-7"}, "", 0)
+	tgt := tr.resolveTarget(t.Context(), PlanHost{Name: "trainer-7"}, "", 0)
 	if tgt.HostName != "127.0.0.1" || tgt.Port != srv.port || tgt.User != "someone" || len(tgt.Identities) != 1 {
 		t.Fatalf("resolved %+v", tgt)
 	}
-	if got := tr.resolveTarget(PlanHost{Name: "trainer-7"}, "alice", 2200); got.User != "alice" || got.Port != 2200 {
+	if got := tr.resolveTarget(t.Context(), PlanHost{Name: "trainer-7"}, "alice", 2200); got.User != "alice" || got.Port != 2200 {
 		t.Errorf("hostfile user/port should win over ssh_config: %+v", got)
 	}
 	p := sshPlan(t, srv, "trainer-7", 0, 1, `echo via alias`)

@@ -1,8 +1,10 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/user"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/gtrain/gtrain/internal/atomicfile"
+	"github.com/gtrain/gtrain/internal/userfile"
 )
 
 // sshTarget is where and as whom to connect, after the hostfile, the flags
@@ -35,20 +38,21 @@ func (t sshTarget) Addr() string { return net.JoinHostPort(t.HostName, strconv.I
 // resolveTarget combines a hostfile host with the SSH settings: the hostfile's
 // user and port win over ~/.ssh/config, which wins over --ssh-user and the
 // defaults (port 22, the local user).
-func (s *SSH) resolveTarget(h PlanHost, user string, port int) sshTarget {
+func (s *SSH) resolveTarget(ctx context.Context, h PlanHost, user string, port int) sshTarget {
+	cfg := s.sshConfig(ctx)
 	t := sshTarget{Alias: h.Name, HostName: h.Name, Port: port, User: user}
-	if hn := s.confGet(h.Name, "HostName"); hn != "" {
+	if hn := confGet(cfg, h.Name, "HostName"); hn != "" {
 		t.HostName = strings.ReplaceAll(hn, "%h", h.Name)
 	}
 	if t.Port == 0 {
-		if p, err := strconv.Atoi(s.confGet(h.Name, "Port")); err == nil && p > 0 {
+		if p, err := strconv.Atoi(confGet(cfg, h.Name, "Port")); err == nil && p > 0 {
 			t.Port = p
 		} else {
 			t.Port = 22
 		}
 	}
 	if t.User == "" {
-		t.User = s.confGet(h.Name, "User")
+		t.User = confGet(cfg, h.Name, "User")
 	}
 	if t.User == "" {
 		t.User = s.Config.User
@@ -56,19 +60,19 @@ func (s *SSH) resolveTarget(h PlanHost, user string, port int) sshTarget {
 	if t.User == "" {
 		t.User = localUser()
 	}
-	if pj := s.confGet(h.Name, "ProxyJump"); pj != "" && !strings.EqualFold(pj, "none") {
+	if pj := confGet(cfg, h.Name, "ProxyJump"); pj != "" && !strings.EqualFold(pj, "none") {
 		t.ProxyJump, _, _ = strings.Cut(pj, ",")
 	}
 	t.Identities = append(t.Identities, s.Config.Identities...)
-	for _, f := range s.confGetAll(h.Name, "IdentityFile") {
+	for _, f := range confGetAll(cfg, h.Name, "IdentityFile") {
 		t.Identities = append(t.Identities, expandHome(f))
 	}
 	return t
 }
 
-// confGet reads one keyword of ~/.ssh/config for alias ("" when unset).
-func (s *SSH) confGet(alias, key string) string {
-	cfg := s.sshConfig()
+// confGet reads one keyword of ~/.ssh/config (cfg, nil for none) for alias
+// ("" when unset).
+func confGet(cfg *ssh_config.Config, alias, key string) string {
 	if cfg == nil {
 		return ""
 	}
@@ -76,8 +80,7 @@ func (s *SSH) confGet(alias, key string) string {
 	return v
 }
 
-func (s *SSH) confGetAll(alias, key string) []string {
-	cfg := s.sshConfig()
+func confGetAll(cfg *ssh_config.Config, alias, key string) []string {
 	if cfg == nil {
 		return nil
 	}
@@ -85,9 +88,11 @@ func (s *SSH) confGetAll(alias, key string) []string {
 	return v
 }
 
-// sshConfig loads the ssh_config file once; a missing file is no config, a
-// broken one is reported once and ignored.
-func (s *SSH) sshConfig() *ssh_config.Config {
+// sshConfig loads the ssh_config file once, bounded (loadSSHConfig); a
+// missing file is no config, a broken one (too large, unreadable, not
+// parsed) is reported once and ignored, and so is, silently, one whose
+// read ctx stopped.
+func (s *SSH) sshConfig(ctx context.Context) *ssh_config.Config {
 	s.confOnce.Do(func() {
 		path := s.Config.ConfigFile
 		if path == "none" {
@@ -96,24 +101,23 @@ func (s *SSH) sshConfig() *ssh_config.Config {
 		if path == "" {
 			path = filepath.Join(homeDir(), ".ssh", "config")
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		cfg, err := ssh_config.Decode(f)
-		if err != nil {
+		cfg, err := loadSSHConfig(ctx, path)
+		var ue *userfile.Error
+		switch {
+		case err == nil:
+			s.conf = cfg
+		case ctx.Err() != nil: // the job is being stopped
+		case errors.As(err, &ue) && ue.Path == path && errors.Is(err, fs.ErrNotExist):
+		default:
 			s.warn(fmt.Sprintf("ssh: ignoring %s: %v", path, err))
-			return
 		}
-		s.conf = cfg
 	})
 	return s.conf
 }
 
 // authMethods are the ssh-agent's keys (SSH_AUTH_SOCK) and the identity
 // files: the target's, else the usual ~/.ssh/id_*.
-func (s *SSH) authMethods(t sshTarget) []ssh.AuthMethod {
+func (s *SSH) authMethods(ctx context.Context, t sshTarget) []ssh.AuthMethod {
 	var signers []ssh.Signer
 	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
 		if conn, err := net.Dial("unix", sock); err == nil {
@@ -129,28 +133,17 @@ func (s *SSH) authMethods(t sshTarget) []ssh.AuthMethod {
 		}
 	}
 	for _, f := range files {
-		if sg, err := loadSigner(f); err == nil {
+		sg, err := loadSigner(ctx, f)
+		switch {
+		case err == nil:
 			signers = append(signers, sg)
-		} else if !errors.Is(err, os.ErrNotExist) || containsStr(s.Config.Identities, f) {
-			s.warn(fmt.Sprintf("ssh: identity %s: %v", f, err))
+		case ctx.Err() != nil:
+			return nil // the dial fails with ctx's error
+		case !errors.Is(err, os.ErrNotExist) || containsStr(s.Config.Identities, f):
+			s.warn("ssh: identity " + err.Error()) // err names f
 		}
 	}
 	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}
-}
-
-// loadSigner reads an unencrypted private key file. Encrypted keys belong in
-// ssh-agent.
-func loadSigner(path string) (ssh.Signer, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	sg, err := ssh.ParsePrivateKey(b)
-	var pass *ssh.PassphraseMissingError
-	if errors.As(err, &pass) {
-		return nil, errors.New("key is encrypted: add it to ssh-agent (ssh-add) instead")
-	}
-	return sg, err
 }
 
 // HostKeyError is a refused host key: unknown (not in known_hosts) or
@@ -219,24 +212,18 @@ func shellWord(s string) string {
 // to offer: only the types known_hosts holds for the host, so that a host
 // with several keys is not reported as changed because it offered another
 // type first.
-func (s *SSH) hostKeys(t sshTarget) (ssh.HostKeyCallback, []string, error) {
+func (s *SSH) hostKeys(ctx context.Context, t sshTarget) (ssh.HostKeyCallback, []string, error) {
 	files := s.Config.KnownHosts
 	if len(files) == 0 {
 		files = []string{filepath.Join(homeDir(), ".ssh", "known_hosts")}
 	}
-	var existing []string
-	for _, f := range files {
-		if _, err := os.Stat(f); err == nil {
-			existing = append(existing, f)
-		}
-	}
 	check := func(string, net.Addr, ssh.PublicKey) error { return &knownhosts.KeyError{} }
-	if len(existing) > 0 {
-		cb, err := knownhosts.New(existing...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ssh: read known_hosts: %w", err)
-		}
-		check = cb
+	kh, existing, err := knownHostsCallback(ctx, files)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kh != nil {
+		check = kh
 	}
 	algos := knownAlgorithms(check, t.Addr())
 	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
