@@ -173,7 +173,7 @@ func checkShape(cfg Config, B, T int) error {
 	}
 	per := max(cfg.Heads*T, cfg.Vocab, 4*cfg.Embd) // floats per token of the largest buffer, each < 2^31
 	if B > maxBufferFloats/T/per {
-		return fmt.Errorf("model: micro-batch %d×%d: over %d floats in one activation buffer; use a smaller batch.micro_batch", B, T, maxBufferFloats)
+		return fmt.Errorf("model: micro-batch %d×%d: over %d floats in one activation buffer; use a smaller batch.micro_batch or batch.seq", B, T, maxBufferFloats)
 	}
 	return nil
 }

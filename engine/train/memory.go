@@ -2,9 +2,11 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/gtrain/gtrain/engine/backend"
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/zero"
@@ -33,7 +35,8 @@ func (m MemoryEstimate) Total() float64 {
 
 // EstimateMemory is what rank of world ranks, local of them on its host
 // (sharing its cores, which sizes the attention scratch), needs to train
-// spec, which must be resolved and fitted to world (New does both).
+// spec, which must be resolved and fitted to world (New does both). A
+// micro-batch the model cannot build (model.ActivationUseOf) is an error.
 func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 	zc, err := spec.ZeroConfig()
 	if err != nil {
@@ -44,41 +47,23 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 	if err != nil {
 		return MemoryEstimate{}, err
 	}
+	// The activations as the model allocates them (one definition, in
+	// engine/model), with the scratch of the backend build gives it.
+	T, be := spec.Batch.Seq, backend.CPU{Threads: spec.threads(Env{LocalWorld: local})}
+	act, err := model.ActivationUseOf(cfg, spec.Batch.MicroBatch, T, rc, be.AttentionScratch(T))
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
 	z := zero.Estimate(zc, cfg, world, rank)
 	m := MemoryEstimate{
 		Params: float64(z.Params), Grads: float64(z.Grads), Optimizer: float64(z.Optimizer), Buffers: float64(z.Buffers),
-		Activations: activationBytes(cfg, spec.Batch.MicroBatch, spec.Batch.Seq, rc, spec.threads(Env{LocalWorld: local})),
+		Activations: float64(act.Total()),
 		Init:        4 * float64(cfg.NumParams()),
 	}
 	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
 		m.Data = 2 * float64(spec.Data.Synthetic+max(spec.Data.Synthetic/10, spec.Batch.Seq+2))
 	}
 	return m, nil
-}
-
-// activationBytes is what engine/model allocates for a micro-batch of B
-// sequences of T tokens (4-byte elements, no dropout): per block the
-// LayerNorm inputs and statistics, Q, K and V, the attention output, the
-// residual after attention, the MLP's input and GELU output (15 N·C + 4 N
-// for N = B·T tokens of C channels), kept by every block unless a full
-// recompute keeps one; the attention probabilities (B·heads·T²), kept by
-// every block without recomputation and by one block otherwise; the block
-// inputs; the head (final LayerNorm, logits, losses); backward's
-// activation gradients (14 N·C) and the attention kernel's scratch.
-func activationBytes(c model.Config, B, T int, rc model.Recompute, threads int) float64 {
-	n, C, L := float64(B)*float64(T), float64(c.Embd), float64(c.Layers)
-	blocks, probs := L, L
-	switch rc {
-	case model.RecomputeFull:
-		blocks, probs = 1, 1
-	case model.RecomputeSelective:
-		probs = 1
-	}
-	att := float64(B) * float64(c.Heads) * float64(T) * float64(T)
-	kept := blocks*(15*n*C+4*n) + probs*att + (L+1)*n*C
-	head := 2*n*C + 3*n + n*float64(c.Vocab) // projection output, final norm and its statistics, logits, losses
-	scratch := 14*n*C + float64(max(threads, 1))*float64(T)*float64(T)
-	return 4 * (kept + head + scratch)
 }
 
 // memLimit is an amount of memory, in bytes, and where it was read.
@@ -159,6 +144,10 @@ func CheckMemory(spec Spec, world int) error {
 		return nil
 	}
 	_, err = fitsHost(spec, world, 0, world)
+	var me *MemoryError
+	if !errors.As(err, &me) {
+		return nil // a micro-batch the model cannot build: the ranks say so
+	}
 	return err
 }
 
@@ -171,7 +160,7 @@ func fitsHost(spec Spec, world, rank, local int) (warning string, err error) {
 	local = max(local, 1)
 	need, err := EstimateMemory(spec, world, rank, local)
 	if err != nil {
-		return "", nil // the spec's own error is reported where it is used
+		return "", err // the same error as building it would give, before anything is allocated
 	}
 	all := need.Total() * float64(local)
 	capacity, now, process := hostMemory()

@@ -171,6 +171,38 @@ func TestMemoryRefusedBeforeAllocating(t *testing.T) {
 	}
 }
 
+// TestMemoryUnbuildableMicroBatch: the estimate's activations are the
+// model's own count (model.ActivationUseOf), so a micro-batch with a
+// buffer beyond any host, which the model cannot build, is refused by
+// Validate naming the keys; and when a resume on fewer ranks makes one
+// (fitDP), by New before it generates the data or initialises anything.
+func TestMemoryUnbuildableMicroBatch(t *testing.T) {
+	s := DefaultSpec()
+	s.Model.Seq = 1 << 20 // 4 heads × 2^40 attention probabilities for one sequence
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "job: model: micro-batch 16×1048576") || !strings.Contains(err.Error(), "batch.seq") {
+		t.Errorf("Validate: %v, want the micro-batch refused, naming batch.micro_batch and batch.seq", err)
+	}
+	s = DefaultSpec()
+	// 2^16 × 512 sequences per micro-step, all on one rank after resuming:
+	// 2^41 floats of attention probabilities.
+	s.Batch.MicroBatch, s.Parallel.DP = MaxMicroBatch, 512
+	s.Data.Synthetic = 100_000_000 // 200 MB, generated only if the refusal comes late
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Validate over 512 ranks: %v", err)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := New(s, Env{World: 1, Resume: true})
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "micro-batch 33554432×128") {
+		t.Fatalf("New: %v, want the resharded micro-batch refused", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("New allocated %s before refusing", humanBytes(float64(alloc)))
+	}
+}
+
 // TestHostMemoryFiles: the parsers of /proc/meminfo and of cgroup v1 and
 // v2 memory files, on files written here.
 func TestHostMemoryFiles(t *testing.T) {

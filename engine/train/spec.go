@@ -197,6 +197,12 @@ func (s Spec) Validate() error {
 	case p.BucketMB < 0 || p.FirstBucketMB < 0:
 		return fmt.Errorf("job: parallel.bucket_mb %g, parallel.first_bucket_mb %g: must not be negative", p.BucketMB, p.FirstBucketMB)
 	}
+	// A micro-batch with one activation buffer beyond any host is one the
+	// model cannot build: refused here, naming the keys, not by the ranks.
+	rc, _ := model.ParseRecompute(s.Recompute)
+	if _, err := model.ActivationUseOf(c, s.Batch.MicroBatch, s.SeqLen(c), rc, 0); err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
 	_, err = s.ZeroConfig()
 	return err
 }
