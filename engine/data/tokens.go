@@ -47,7 +47,9 @@ var nativeLittleEndian = func() bool {
 // checks the file first and after, and turns a fault into an error, so such
 // a change fails the read with a *ChangedError.
 func Open(path string) (*Tokens, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO named as the token file would block the open until
+	// a writer came, beyond any signal; checkSize then refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // writeRaw writes b as the file name in a temporary directory.
@@ -72,6 +74,10 @@ func TestOpenMapsFile(t *testing.T) {
 
 func TestOpenErrors(t *testing.T) {
 	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.bin")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		path string
@@ -81,10 +87,20 @@ func TestOpenErrors(t *testing.T) {
 		{"empty", writeRaw(t, "empty.bin", nil), "empty.bin: empty"},
 		{"odd length", writeRaw(t, "odd.bin", []byte{1, 2, 3}), "odd.bin: 3 bytes is not a whole number of uint16 tokens"},
 		{"directory", dir, "not a regular file"},
+		{"fifo without a writer", fifo, "fifo.bin: not a regular file"}, // not a blocked open
+		{"endless device", "/dev/zero", "/dev/zero: not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tok, err := Open(tt.path)
+			var tok *Tokens
+			var err error
+			done := make(chan struct{})
+			go func() { defer close(done); tok, err = Open(tt.path) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second): // a backstop: Open must not block at all
+				t.Fatalf("Open(%s) blocked", tt.path)
+			}
 			if err == nil {
 				tok.Close()
 				t.Fatal("Open succeeded, want an error")
