@@ -89,9 +89,9 @@ func confGetAll(cfg *ssh_config.Config, alias, key string) []string {
 }
 
 // sshConfig loads the ssh_config file once, bounded (loadSSHConfig); a
-// missing file is no config, a broken one (too large, unreadable, not
-// parsed) is reported once and ignored, and so is, silently, one whose
-// read ctx stopped.
+// missing ~/.ssh/config is no config, a missing --ssh-config or a broken
+// file (too large, unreadable, not parsed) is reported once and ignored,
+// and so is, silently, one whose read ctx stopped.
 func (s *SSH) sshConfig(ctx context.Context) *ssh_config.Config {
 	s.confOnce.Do(func() {
 		path := s.Config.ConfigFile
@@ -107,7 +107,9 @@ func (s *SSH) sshConfig(ctx context.Context) *ssh_config.Config {
 		case err == nil:
 			s.conf = cfg
 		case ctx.Err() != nil: // the job is being stopped
-		case errors.As(err, &ue) && ue.Path == path && errors.Is(err, fs.ErrNotExist):
+		case errors.As(err, &ue) && ue.Path == path && errors.Is(err, fs.ErrNotExist) && s.Config.ConfigFile == "":
+			// No ~/.ssh/config: nothing to say. A missing --ssh-config is
+			// a typo the user must hear of (below).
 		default:
 			s.warn(fmt.Sprintf("ssh: ignoring %s: %v", path, err))
 		}

@@ -97,6 +97,7 @@ func TestSSHConfigBounded(t *testing.T) {
 		{"includes too large together", write("inc-twice", "Include "+half+" "+half+"\n"), "inc-twice:1: Include " + half + ": with the files before it, over 4 MiB"},
 		{"nested include", write("inc-nested", "Include "+write("inc-inner", "\tInclude "+fifo+"\n")+"\n"), "inc-inner:1: Include: " + fifo + ": not a regular file"},
 		{"include read", write("inc-ok", "Include "+filepath.Join(dir, "ho*s")+"\n"), ""},
+		{"named and missing", filepath.Join(dir, "typo"), filepath.Join(dir, "typo") + ": no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
