@@ -359,14 +359,13 @@ func (t *tcpTransport) acceptLoop() {
 func (t *tcpTransport) serve(nc *net.TCPConn) {
 	defer t.wg.Done()
 	h, err := t.serverHandshake(nc)
-	if err = t.admit(nc, h, err); err != nil {
-		t.log.printf("dropped a connection from %s: %v", nc.RemoteAddr(), err)
-	}
+	t.admit(nc, h, err)
 }
 
 // admit ends nc's handshake: it delivers an authenticated stream, or
-// drops nc and returns why (nil too when the transport is closing).
-func (t *tcpTransport) admit(nc *net.TCPConn, h *tcpHello, err error) error {
+// drops nc, logging why (unless the transport is closing) before the
+// close, so that whoever sees the close can see the line.
+func (t *tcpTransport) admit(nc *net.TCPConn, h *tcpHello, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.handshaking, nc)
@@ -377,24 +376,24 @@ func (t *tcpTransport) admit(nc *net.TCPConn, h *tcpHello, err error) error {
 		err = t.deliver(h, nc)
 	}
 	if err == nil {
-		return nil
+		return
 	}
 	t.lastReject = fmt.Errorf("from %s: %w", nc.RemoteAddr(), err)
-	nc.Close()
-	if t.closed {
-		return nil
+	if !t.closed {
+		t.log.printf("dropped a connection from %s: %v", nc.RemoteAddr(), err)
 	}
-	return err
+	nc.Close()
 }
 
 // refuse resets a connection at once, without reading it: the reset (not
 // an orderly close, which means a refused hello) tells a dialing rank to
 // retry.
 func (t *tcpTransport) refuse(nc *net.TCPConn) {
+	// Counted before the reset: whoever sees the reset sees the count.
+	t.refused.Add(1)
 	t.log.printf("refused a connection from %s: %d connections are authenticating already", nc.RemoteAddr(), t.cfg.MaxHandshakes)
 	nc.SetLinger(0)
 	nc.Close()
-	t.refused.Add(1)
 }
 
 // deliver stores an authenticated stream; t.mu is held.
