@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,9 +60,9 @@ gtrain resume would load, is marked "latest".`,
 		Example: `  gtrain ckpt ls runs/gpt2/ckpt
   gtrain ckpt ls runs/gpt2/ckpt -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			return ckptLsRun(o)
+			return ckptLsRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text (a table), or json")
@@ -69,11 +70,11 @@ gtrain resume would load, is marked "latest".`,
 }
 
 // ckptLsRun prints the checkpoints of o.Path.
-func ckptLsRun(o *CkptLsOptions) error {
+func ckptLsRun(ctx context.Context, o *CkptLsOptions) error {
 	if o.Output != "text" && o.Output != "json" {
 		return &launch.UsageError{Err: fmt.Errorf("ckpt ls: --output %q: want text or json", o.Output)}
 	}
-	infos, err := ckptInfos("ckpt ls", o.Path)
+	infos, err := ckptInfos(ctx, "ckpt ls", o.Path)
 	if err != nil {
 		return err
 	}
@@ -95,19 +96,33 @@ func ckptLsRun(o *CkptLsOptions) error {
 
 // ckptInfos describes the step directory path, or the step directories
 // under the root path. A path that does not exist is a usage error.
-func ckptInfos(cmd, path string) ([]ckpt.Info, error) {
+func ckptInfos(ctx context.Context, cmd, path string) ([]ckpt.Info, error) {
 	t, err := resolveCkpt(cmd, path)
 	if err != nil {
 		return nil, err
 	}
 	if t.Step != "" {
-		return []ckpt.Info{ckpt.Describe(t.Step)}, nil
+		info, err := ckpt.Describe(ctx, t.Step)
+		if err != nil {
+			return nil, interruptedOr(ctx, fmt.Errorf("%s: %w", cmd, err))
+		}
+		return []ckpt.Info{info}, nil
 	}
-	infos, err := ckpt.List(t.Root)
+	infos, err := ckpt.List(ctx, t.Root)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cmd, err)
+		return nil, interruptedOr(ctx, fmt.Errorf("%s: %w", cmd, err))
 	}
 	return infos, nil
+}
+
+// interruptedOr is err, or ctx's cause alone when ctx has ended: an
+// interrupted command says only that ("gtrain: interrupted by SIGINT"), not
+// which file it was reading.
+func interruptedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
 }
 
 // resolveCkpt is ckpt.Resolve for the command cmd: a path that does not
@@ -242,17 +257,17 @@ file at fault.`,
 		Example: `  gtrain ckpt verify runs/gpt2/ckpt/step-00001000
   gtrain ckpt verify runs/gpt2/ckpt`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			return ckptVerifyRun(o)
+			return ckptVerifyRun(cmd.Context(), o)
 		},
 	}
 }
 
 // ckptVerifyRun verifies and prints; the first invalid checkpoint is the
 // error.
-func ckptVerifyRun(o *CkptVerifyOptions) error {
-	infos, err := ckptInfos("ckpt verify", o.Path)
+func ckptVerifyRun(ctx context.Context, o *CkptVerifyOptions) error {
+	infos, err := ckptInfos(ctx, "ckpt verify", o.Path)
 	if err != nil {
 		return err
 	}
@@ -308,9 +323,9 @@ round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.`,
 		Example: `  gtrain ckpt export runs/gpt2/ckpt -o model.safetensors
   gtrain ckpt export runs/gpt2/ckpt/step-00001000 -o model-bf16.safetensors --dtype bf16`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
-			return ckptExportRun(o)
+			return ckptExportRun(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
@@ -320,8 +335,9 @@ round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.`,
 	return cmd
 }
 
-// ckptExportRun finds, verifies and exports the checkpoint.
-func ckptExportRun(o *CkptExportOptions) error {
+// ckptExportRun finds, verifies and exports the checkpoint. Both read all
+// of it: they stop when ctx ends, leaving no file behind.
+func ckptExportRun(ctx context.Context, o *CkptExportOptions) error {
 	usage := func(format string, a ...any) error {
 		return &launch.UsageError{Err: fmt.Errorf("ckpt export: "+format, a...)}
 	}
@@ -341,16 +357,18 @@ func ckptExportRun(o *CkptExportOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := target.Load(func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) })
+	c, err := target.Load(ctx, func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) })
 	var inv *ckpt.InvalidError
-	if errors.As(err, &inv) {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.As(err, &inv):
 		return fmt.Errorf("ckpt export: %w; %s", err, invalidHint)
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("ckpt export: %w", err)
 	}
-	if err := ckpt.Export(c, o.Out, ckpt.ExportOptions{DType: dtype, Optimizer: o.Optimizer}); err != nil {
-		return err
+	if err := ckpt.Export(ctx, c, o.Out, ckpt.ExportOptions{DType: dtype, Optimizer: o.Optimizer}); err != nil {
+		return interruptedOr(ctx, err)
 	}
 	tensors, elems := exportedCount(c, o.Optimizer)
 	size := "?"

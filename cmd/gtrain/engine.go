@@ -51,7 +51,7 @@ func (o *RunOptions) launchEngine(ctx context.Context, spec train.Spec) error {
 		return err
 	}
 	defer claim.release(o.IO.Err)
-	if err := checkFreshCheckpointDir(spec.Checkpoint.Dir); err != nil {
+	if err := checkFreshCheckpointDir(ctx, spec.Checkpoint.Dir); err != nil {
 		return err
 	}
 	if err := o.checkEngineMemory(spec); err != nil {
@@ -73,9 +73,13 @@ func (o *RunOptions) useEngine(spec train.Spec, js string, args ...string) {
 
 // checkFreshCheckpointDir refuses to start a new run in a directory that
 // holds another run's checkpoints: continuing it is `gtrain resume`, and
-// mixing two runs' steps in one directory loses one of them.
-func checkFreshCheckpointDir(dir string) error {
-	c, ok := train.NewestValid(dir)
+// mixing two runs' steps in one directory loses one of them. Verifying a
+// checkpoint reads all of it: it stops when ctx ends.
+func checkFreshCheckpointDir(ctx context.Context, dir string) error {
+	c, ok := train.NewestValid(ctx, dir)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
 	if !ok {
 		return nil // absent, empty or only unfinished writes: start afresh
 	}
@@ -256,7 +260,7 @@ func resumeRun(ctx context.Context, o *RunOptions, path string, nprocSet bool) e
 		return err
 	}
 	defer claim.release(o.IO.Err)
-	c, err := resumePoint(o.IO.Err, path, target)
+	c, err := resumePoint(ctx, o.IO.Err, path, target)
 	if err != nil {
 		return err
 	}
@@ -305,12 +309,15 @@ func absTarget(t ckpt.Target) (ckpt.Target, error) {
 
 // resumePoint is the checkpoint a resume of path starts from: that of the
 // step directory path names, or the newest valid one of the root path.
-func resumePoint(stderr io.Writer, path string, t ckpt.Target) (*ckpt.Checkpoint, error) {
-	c, err := t.Load(func(msg string) { fmt.Fprintf(stderr, "gtrain: warning: %s\n", msg) })
+// Verifying it reads all of it: it stops, with ctx's cause, when ctx ends.
+func resumePoint(ctx context.Context, stderr io.Writer, path string, t ckpt.Target) (*ckpt.Checkpoint, error) {
+	c, err := t.Load(ctx, func(msg string) { fmt.Fprintf(stderr, "gtrain: warning: %s\n", msg) })
 	var inv *ckpt.InvalidError
 	switch {
 	case err == nil:
 		return c, nil
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
 	case errors.Is(err, ckpt.ErrNoCheckpoint):
 		return nil, &launch.UsageError{Err: fmt.Errorf("resume: %s: no valid checkpoint to resume from (see `gtrain ckpt ls %s`)", path, path)}
 	case errors.As(err, &inv):

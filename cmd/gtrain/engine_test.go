@@ -94,7 +94,7 @@ func TestDefaultJobLossFalls(t *testing.T) {
 	if len(runs) != 1 {
 		t.Fatalf("checkpoint directories %v, want one under runs/", runs)
 	}
-	if c, ok := train.NewestValid(runs[0]); !ok || c.Step() != int64(r.last) {
+	if c, ok := train.NewestValid(t.Context(), runs[0]); !ok || c.Step() != int64(r.last) {
 		t.Errorf("newest valid checkpoint in %s: found %v, want step %d", runs[0], ok, r.last)
 	}
 }
@@ -154,7 +154,7 @@ func TestKillDuringCheckpointThenResume(t *testing.T) {
 		if r.err == nil {
 			t.Fatalf("attempt %d: the rank was killed at step %d but gtrain exited 0", kill, r.last)
 		}
-		c, ok := train.NewestValid(filepath.Join(dir, "ckpt"))
+		c, ok := train.NewestValid(t.Context(), filepath.Join(dir, "ckpt"))
 		if !ok {
 			t.Fatalf("attempt %d: no valid checkpoint left after SIGKILL at step %d", kill, r.last)
 		}

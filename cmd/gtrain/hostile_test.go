@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/internal/proctest"
 )
 
@@ -32,8 +34,10 @@ type hostile struct {
 	args  []string
 	stdin string // "": /dev/null; "silent": a pipe nobody ever writes to
 	// interrupt, when set, is where gtrain must be blocked (a kernel wait
-	// channel of one of its threads, or "stdout:TEXT" for a line of its
-	// output) when it gets SIGINT; it must then exit 130 promptly.
+	// channel of one of its threads, "stdout:TEXT" for a line of its
+	// output, "file:GLOB" for a file in its directory, or "fd:GLOB" for a
+	// file it holds open: it is reading or writing it) when it gets SIGINT;
+	// it must then exit 130 promptly.
 	interrupt string
 	signal    syscall.Signal // sent at interrupt; SIGINT when 0
 	code      int
@@ -126,6 +130,22 @@ func hostileCases() []hostile {
 		hostile{name: "ckpt verify empty dir", args: []string{"ckpt", "verify", "adir"}, code: 1, stderr: `no checkpoints in adir`},
 		hostile{name: "ckpt ls missing argument", args: []string{"ckpt", "ls"}, code: 2, stderr: `^gtrain: ckpt ls: missing ROOT: usage: gtrain ckpt ls ROOT \[flags\]$`},
 	)
+	// Every command that verifies or exports a checkpoint reads all of it
+	// (gigabytes for the larger models): interrupted while it reads or
+	// writes, it stops at once and leaves no file behind.
+	step := filepath.Join(bigCkpt, "step-00000001")
+	reading := "fd:rank-00000.safetensors"
+	add(
+		hostile{name: "ckpt verify interrupted while hashing", args: []string{"ckpt", "verify", step}, interrupt: reading, code: 130, stderr: interrupted},
+		hostile{name: "ckpt ls interrupted while hashing", args: []string{"ckpt", "ls", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
+		hostile{name: "ckpt export interrupted while verifying", args: []string{"ckpt", "export", bigCkpt, "-o", "out.safetensors"},
+			interrupt: reading, code: 130, stderr: interrupted},
+		hostile{name: "ckpt export interrupted while writing", args: []string{"ckpt", "export", step, "-o", "out.safetensors"},
+			interrupt: "fd:.out.safetensors.tmp-*", code: 130, stderr: interrupted},
+		hostile{name: "resume interrupted while verifying", args: []string{"resume", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
+		hostile{name: "run into a used checkpoint.dir interrupted while verifying", args: []string{"run", "--set", "checkpoint.dir=" + bigCkpt},
+			interrupt: reading, code: 130, stderr: interrupted},
+	)
 	// gtrain data prepare.
 	add(
 		hostile{name: "data synthetic huge", args: []string{"data", "prepare", "--synthetic", "99999999999999"}, code: 2,
@@ -198,6 +218,7 @@ func TestHostileInputs(t *testing.T) {
 	if len(cases) < 50 {
 		t.Fatalf("only %d hostile cases", len(cases))
 	}
+	bigDir, big := t.TempDir(), ""
 	for _, hc := range cases {
 		t.Run(hc.name, func(t *testing.T) {
 			switch {
@@ -206,9 +227,53 @@ func TestHostileInputs(t *testing.T) {
 			case hc.notRoot && os.Geteuid() == 0:
 				t.Skip("root may read any file")
 			}
+			if strings.Contains(strings.Join(hc.args, " "), bigCkpt) {
+				if big == "" {
+					big = makeBigCheckpoint(t, bigDir)
+				}
+				hc.args = slices.Clone(hc.args)
+				for i, a := range hc.args {
+					hc.args[i] = strings.ReplaceAll(a, bigCkpt, big)
+				}
+			}
 			runHostile(t, bin, hc)
 		})
 	}
+}
+
+// bigCkpt, in a hostile case's arguments, stands for the root of a
+// checkpoint large enough that reading it takes a while
+// (makeBigCheckpoint), made once for all the cases.
+const bigCkpt = "@big-checkpoint"
+
+// bigCkptBytes is the size of that checkpoint: its one file is hashed a MiB
+// at a time for a good fraction of a second, however fast the machine.
+const bigCkptBytes = 512 << 20
+
+// makeBigCheckpoint writes a valid checkpoint of step 1 under dir, one rank
+// file of bigCkptBytes, and returns its root. Its tensors share one buffer,
+// so that the test does not hold the whole checkpoint in memory.
+func makeBigCheckpoint(t *testing.T, dir string) string {
+	t.Helper()
+	const tensors = 8
+	buf := make([]float32, bigCkptBytes/4/tensors)
+	for i := range buf {
+		buf[i] = float32(i % 4099)
+	}
+	var shard []ckpt.Tensor
+	for k := range tensors {
+		shard = append(shard, ckpt.Tensor{Name: fmt.Sprintf("transformer.h.%d.mlp.c_fc.weight", k), Shape: []int{len(buf)}, Data: buf})
+	}
+	root := filepath.Join(dir, "ckpt")
+	f, err := ckpt.WriteShard(root, 1, 0, shard, []byte(`{"step":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ckpt.Manifest{Step: 1, Job: json.RawMessage(`{"steps":2}`), Layout: ckpt.Layout{World: 1, DP: 1, TP: 1, PP: 1}, Files: []ckpt.File{f}}
+	if err := ckpt.Commit(root, m, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
 
 // TestHostileBaseline: a normal run of each kind passes under the same
@@ -327,7 +392,9 @@ func runHostile(t *testing.T, bin string, hc hostile) {
 	if hc.interrupt != "" {
 		r.awaitPhase(t, hc.interrupt)
 		sig := cmp.Or(hc.signal, syscall.SIGINT)
-		if err := r.cmd.Process.Signal(sig); err != nil {
+		if glob, ok := strings.CutPrefix(hc.interrupt, "fd:"); ok {
+			r.signalHolding(t, glob, sig)
+		} else if err := r.cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -379,6 +446,10 @@ func (r *hostileRun) awaitPhase(t *testing.T, phase string) {
 			if m, _ := filepath.Glob(filepath.Join(r.dir, glob)); len(m) > 0 {
 				return
 			}
+		} else if glob, ok := strings.CutPrefix(phase, "fd:"); ok {
+			if holdsOpen(pid, glob) {
+				return
+			}
 		} else {
 			seen = wchans(pid)
 			if slices.Contains(seen, phase) {
@@ -394,6 +465,68 @@ func (r *hostileRun) awaitPhase(t *testing.T, phase string) {
 		case <-time.After(10 * time.Millisecond): // polling /proc
 		}
 	}
+}
+
+// signalHolding sends sig to gtrain while it holds a file matching glob
+// open, however loaded the machine: it stops gtrain (SIGSTOP), checks that
+// the file is still open, sends sig and lets gtrain go on (SIGCONT), which
+// then finds sig pending before it can read much further.
+func (r *hostileRun) signalHolding(t *testing.T, glob string, sig syscall.Signal) {
+	t.Helper()
+	p := r.cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for !allStopped(p.Pid) {
+		select {
+		case <-deadline:
+			t.Fatalf("gtrain (pid %d) not stopped 30s after SIGSTOP", p.Pid)
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("gtrain exited before it could be interrupted reading %s: the work is too short; stderr:\n%s", glob, r.stderr)
+		case <-time.After(time.Millisecond): // polling /proc
+		}
+	}
+	held := holdsOpen(p.Pid, glob)
+	if held {
+		if err := p.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatalf("gtrain closed %s before it was stopped: the work is too short to interrupt", glob)
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped by a signal.
+func allStopped(pid int) bool {
+	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return len(stats) > 0
+}
+
+// holdsOpen reports whether pid has a file whose name matches glob open.
+func holdsOpen(pid int, glob string) bool {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil {
+			if ok, _ := filepath.Match(glob, filepath.Base(target)); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wchans are the kernel wait channels of pid's threads.

@@ -99,7 +99,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 		return err
 	}
 	if res.Preempted {
-		return o.preempted(res, spec.Checkpoint.Dir)
+		return o.preempted(ctx, res, spec.Checkpoint.Dir)
 	}
 	if failAt > 0 && res.Steps == failAt && failAt < spec.Steps {
 		return fmt.Errorf("worker: %s=%d: failing after step %d on purpose (fault injection for tests)", envFailAfter, failAt, failAt)
@@ -117,7 +117,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) (err error) {
 // preempted is how a rank that stopped for preemption ends: with
 // ExitResumable when it saved a checkpoint (the trainer has said where),
 // else as interrupted (128+n).
-func (o *WorkerOptions) preempted(res train.Result, dir string) error {
+func (o *WorkerOptions) preempted(ctx context.Context, res train.Result, dir string) error {
 	sig := o.Signals.preemptSignal()
 	if sig == nil {
 		sig = syscall.SIGTERM
@@ -125,7 +125,7 @@ func (o *WorkerOptions) preempted(res train.Result, dir string) error {
 	if res.Checkpoint == "" {
 		// Stopped while building: resumable all the same when the job
 		// (a resume or a restart) already has a checkpoint to go on from.
-		if c, ok := train.NewestValid(dir); dir != "" && ok {
+		if c, ok := train.NewestValid(ctx, dir); dir != "" && ok {
 			fmt.Fprintf(o.IO.Err, "gtrain: worker: stopped by %s before training; the job resumes from %s\n", unix.SignalName(sig.(syscall.Signal)), c.Dir)
 			return &silentError{&launch.ResumableError{Signal: sig}}
 		}

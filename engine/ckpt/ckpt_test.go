@@ -20,7 +20,7 @@ func TestRoundTrip(t *testing.T) {
 			root := t.TempDir()
 			mustWrite(t, root, 100, world, 0)
 			var w warnings
-			c, err := Latest(root, w.warn)
+			c, err := Latest(t.Context(), root, w.warn)
 			if err != nil || w.String() != "" {
 				t.Fatalf("Latest: %v; warnings: %s", err, &w)
 			}
@@ -131,7 +131,7 @@ func TestStateBytes(t *testing.T) {
 		if err := Commit(root, Manifest{Step: step, Layout: Layout{1, 1, 1, 1, 0}, Files: []File{f}}, 0, nil); err != nil {
 			t.Fatal(err)
 		}
-		c, err := Open(filepath.Join(root, StepDirName(step)))
+		c, err := Open(t.Context(), filepath.Join(root, StepDirName(step)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestLatestSkipsInvalid(t *testing.T) {
 			dir := filepath.Join(root, "step-00000200")
 			tc.damage(t, dir)
 			var w warnings
-			c, err := Latest(root, w.warn)
+			c, err := Latest(t.Context(), root, w.warn)
 			if err != nil || c.Step() != 100 {
 				t.Fatalf("Latest = %v, %v; want step 100", c, err)
 			}
@@ -196,7 +196,7 @@ func TestLatestSkipsInvalid(t *testing.T) {
 			if !strings.HasPrefix(w.String(), want) || !strings.Contains(w.String(), tc.reason) || len(w.msgs) != 1 {
 				t.Errorf("warnings:\n%s\nwant one starting %q and saying %q", &w, want, tc.reason)
 			}
-			err = Verify(dir)
+			err = Verify(t.Context(), dir)
 			var inv *InvalidError
 			if !errors.As(err, &inv) || inv.File != tc.file || !strings.HasPrefix(err.Error(), "ckpt: verify step-00000200") || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("Verify = %v, want an *InvalidError naming %q and saying %q", err, tc.file, tc.reason)
@@ -248,7 +248,7 @@ func TestLatestNone(t *testing.T) {
 	rm(t, filepath.Join(invalidOnly, "step-00000005"), ManifestName)
 	must(t, os.Mkdir(filepath.Join(root, "empty"), 0o755))
 	for _, r := range []string{filepath.Join(root, "nothing"), filepath.Join(root, "empty"), invalidOnly} {
-		if c, err := Latest(r, nil); !errors.Is(err, ErrNoCheckpoint) || c != nil {
+		if c, err := Latest(t.Context(), r, nil); !errors.Is(err, ErrNoCheckpoint) || c != nil {
 			t.Errorf("Latest(%s) = %v, %v; want ErrNoCheckpoint", filepath.Base(r), c, err)
 		}
 	}
@@ -287,7 +287,7 @@ func TestKeepPruning(t *testing.T) {
 		t.Errorf("after step 5 with keep 2: steps %v, want [4 5 9]", got)
 	}
 	var w warnings
-	if c, err := Latest(root, w.warn); err != nil || c.Step() != 5 || !strings.Contains(w.String(), "skipping step-00000009: no manifest.json") {
+	if c, err := Latest(t.Context(), root, w.warn); err != nil || c.Step() != 5 || !strings.Contains(w.String(), "skipping step-00000009: no manifest.json") {
 		t.Errorf("Latest = %v, %v, warnings %q; want 5, skipping 9", c, err, &w)
 	}
 	mustWrite(t, root, 6, 1, 0)

@@ -107,11 +107,11 @@ func TestRewriteStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	var w warnings
-	if c, err := Latest(root, w.warn); err != nil || c.Step() != 100 || !strings.Contains(w.String(), "step-00000200: no manifest.json") {
+	if c, err := Latest(t.Context(), root, w.warn); err != nil || c.Step() != 100 || !strings.Contains(w.String(), "step-00000200: no manifest.json") {
 		t.Fatalf("during the rewrite: Latest = %v, %v, warnings %q; want step 100", c, err, &w)
 	}
 	mustWrite(t, root, 200, 2, 0)
-	c, err := Latest(root, nil)
+	c, err := Latest(t.Context(), root, nil)
 	if err != nil || c.Step() != 200 {
 		t.Fatalf("after the rewrite: Latest = %v, %v", c, err)
 	}
@@ -129,11 +129,11 @@ func TestTempFilesIgnored(t *testing.T) {
 		must(t, os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755))
 		must(t, os.WriteFile(filepath.Join(root, p), []byte("{}"), 0o644))
 	}
-	infos, err := List(root)
+	infos, err := List(t.Context(), root)
 	if err != nil || len(infos) != 2 || !infos[0].Valid || infos[1].Valid || infos[1].Files != 0 {
 		t.Fatalf("List = %+v, %v; want step 1 valid and step 2 invalid with no files", infos, err)
 	}
-	if c, err := Latest(root, nil); err != nil || c.Step() != 1 {
+	if c, err := Latest(t.Context(), root, nil); err != nil || c.Step() != 1 {
 		t.Fatalf("Latest = %v, %v; want step 1", c, err)
 	}
 	must(t, os.WriteFile(filepath.Join(root, "step-00000001", ".rank-00000.safetensors.tmp-77"), nil, 0o644))
@@ -149,7 +149,7 @@ func TestList(t *testing.T) {
 	mustWrite(t, root, 10, 2, 0)
 	mustWrite(t, root, 20, 3, 0)
 	flip(t, filepath.Join(root, "step-00000020", "rank-00001.safetensors"), -1)
-	infos, err := List(root)
+	infos, err := List(t.Context(), root)
 	if err != nil || len(infos) != 2 {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
@@ -160,17 +160,17 @@ func TestList(t *testing.T) {
 	if b.Step != 20 || b.Valid || b.Files != 3 || b.Created.IsZero() || !strings.HasPrefix(b.Reason, "rank-00001.safetensors: sha256 mismatch") {
 		t.Errorf("step 20: %+v", b)
 	}
-	if _, err := List(filepath.Join(root, "none")); err == nil {
+	if _, err := List(t.Context(), filepath.Join(root, "none")); err == nil {
 		t.Error("List of a missing root: no error")
 	}
 	// A step directory copied under another name is still a checkpoint.
 	best := filepath.Join(t.TempDir(), "best")
 	must(t, os.Rename(filepath.Join(root, "step-00000010"), best))
-	if info := Describe(best); info.Step != 10 || !info.Valid {
-		t.Errorf("Describe(best) = %+v, want step 10, valid", info)
+	if info, err := Describe(t.Context(), best); err != nil || info.Step != 10 || !info.Valid {
+		t.Errorf("Describe(best) = %+v, %v; want step 10, valid", info, err)
 	}
-	if info := Describe(t.TempDir()); info.Step != -1 || info.Valid || !strings.HasPrefix(info.Reason, "no manifest.json") {
-		t.Errorf("Describe(empty dir) = %+v", info)
+	if info, err := Describe(t.Context(), t.TempDir()); err != nil || info.Step != -1 || info.Valid || !strings.HasPrefix(info.Reason, "no manifest.json") {
+		t.Errorf("Describe(empty dir) = %+v, %v", info, err)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestCommitLayoutDefaults(t *testing.T) {
 	f, err := WriteShard(root, 3, 0, fullTensors(3, 1), nil)
 	must(t, err)
 	must(t, Commit(root, Manifest{Step: 3, Layout: Layout{World: 1}, Files: []File{f}}, 0, nil))
-	c, err := Latest(root, nil)
+	c, err := Latest(t.Context(), root, nil)
 	must(t, err)
 	if want := (Layout{World: 1, DP: 1, TP: 1, PP: 1}); c.Manifest.Layout != want {
 		t.Errorf("layout %+v, want %+v", c.Manifest.Layout, want)

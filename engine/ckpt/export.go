@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,8 +43,10 @@ func ParseDType(s string) (string, error) {
 // Export writes the full tensors of checkpoint c to one safetensors file
 // out, readable by the safetensors/PyTorch ecosystem (metadata "format":
 // "pt"), under the names the engine gave them. It streams shard by shard,
-// never holding a whole tensor, and replaces out atomically.
-func Export(c *Checkpoint, out string, opts ExportOptions) error {
+// never holding a whole tensor, and replaces out atomically. When ctx ends
+// it stops within a MiB, with an error wrapping ctx's cause, and leaves out
+// as it was and no temporary file.
+func Export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) error {
 	fail := func(err error) error {
 		return fmt.Errorf("ckpt: export %s to %s: %w", filepath.Base(c.Dir), out, err)
 	}
@@ -69,6 +72,9 @@ func Export(c *Checkpoint, out string, opts ExportOptions) error {
 	if err != nil {
 		return fail(err)
 	}
+	if ctx.Err() != nil { // before the temporary file is created
+		return fail(context.Cause(ctx))
+	}
 	err = writeAtomic(out, func(f io.Writer) error {
 		w := bufio.NewWriterSize(f, 1<<20)
 		if _, err := w.Write(header); err != nil {
@@ -76,7 +82,7 @@ func Export(c *Checkpoint, out string, opts ExportOptions) error {
 		}
 		for _, t := range sel {
 			for _, s := range t.Shards { // in offset order, tiling the tensor
-				if err := c.copyEntry(w, s, t.Name, dtype); err != nil {
+				if err := c.copyEntry(ctx, w, s, t.Name, dtype); err != nil {
 					return err
 				}
 			}
@@ -97,8 +103,9 @@ func sumLens(shards []ShardRef) int {
 	return n
 }
 
-// copyEntry writes shard s of tensor name to w as dtype, a chunk at a time.
-func (c *Checkpoint) copyEntry(w io.Writer, s ShardRef, name, dtype string) error {
+// copyEntry writes shard s of tensor name to w as dtype, a chunk at a time,
+// until ctx ends: then it returns ctx's cause.
+func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, name, dtype string) error {
 	fail := func(err error) error { return fmt.Errorf("read %s: tensor %q: %w", s.File, name, err) }
 	h, e, err := c.entry(s.File, name)
 	if err != nil {
@@ -115,9 +122,15 @@ func (c *Checkpoint) copyEntry(w io.Writer, s ShardRef, name, dtype string) erro
 	floats := make([]float32, min(s.Len, chunkElems))
 	var enc []byte
 	for off, left := h.DataStart+e.Begin, s.Len; left > 0; {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		n := min(left, chunkElems)
 		if err := readF32At(f, off, floats[:n]); err != nil {
 			return fail(err)
+		}
+		if testHookChunk != nil {
+			testHookChunk()
 		}
 		enc = encodeAs(enc[:0], floats[:n], dtype)
 		if _, err := w.Write(enc); err != nil {

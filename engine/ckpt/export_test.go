@@ -63,12 +63,12 @@ func wantBits(data []float32, dtype string) []uint32 {
 func TestExport(t *testing.T) {
 	root := t.TempDir()
 	mustWrite(t, root, 42, 3, 0)
-	c, err := Latest(root, nil)
+	c, err := Latest(t.Context(), root, nil)
 	must(t, err)
 	for _, dtype := range []string{"f32", "BF16", "float16"} {
 		for _, opt := range []bool{false, true} {
 			out := filepath.Join(t.TempDir(), "model.safetensors")
-			if err := Export(c, out, ExportOptions{DType: dtype, Optimizer: opt}); err != nil {
+			if err := Export(t.Context(), c, out, ExportOptions{DType: dtype, Optimizer: opt}); err != nil {
 				t.Fatal(err)
 			}
 			got, meta := readExport(t, out)
@@ -105,7 +105,7 @@ func TestExportRefuses(t *testing.T) {
 	f, err := WriteShard(root, 1, 0, []Tensor{{Name: "optimizer.step", Shape: []int{}, Data: []float32{1}}}, nil)
 	must(t, err)
 	must(t, Commit(root, Manifest{Step: 1, Layout: Layout{1, 1, 1, 1, 0}, Files: []File{f}}, 0, nil))
-	c, err := Latest(root, nil)
+	c, err := Latest(t.Context(), root, nil)
 	must(t, err)
 	out := t.TempDir()
 	for _, tc := range []struct {
@@ -117,7 +117,7 @@ func TestExportRefuses(t *testing.T) {
 		{filepath.Join(out, "b.safetensors"), ExportOptions{}, "no tensors to export"},
 		{filepath.Join(out, "no", "such", "dir.safetensors"), ExportOptions{Optimizer: true}, "no such file or directory"},
 	} {
-		err := Export(c, tc.path, tc.opts)
+		err := Export(t.Context(), c, tc.path, tc.opts)
 		if err == nil || !strings.HasPrefix(err.Error(), "ckpt: export step-00000001 to ") || !strings.Contains(err.Error(), tc.reason) {
 			t.Errorf("Export(%+v) = %v, want an error saying %q", tc.opts, err, tc.reason)
 		}

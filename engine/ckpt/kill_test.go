@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,7 +30,7 @@ const killScale = 2500
 // keeping 2), printing "committed STEP" after each, until it is killed.
 func killWriter(root string) {
 	var step int64
-	if c, err := Latest(root, nil); err == nil {
+	if c, err := Latest(context.Background(), root, nil); err == nil {
 		step = c.Step()
 	}
 	fmt.Println("started")
@@ -71,7 +72,7 @@ func TestKillDuringWrite(t *testing.T) {
 			interrupted++
 		}
 		var w warnings
-		c, err := Latest(root, w.warn)
+		c, err := Latest(t.Context(), root, w.warn)
 		switch {
 		case acked == 0 && errors.Is(err, ErrNoCheckpoint):
 			continue // killed before its first commit returned
@@ -88,7 +89,7 @@ func TestKillDuringWrite(t *testing.T) {
 		if err := writeCheckpoint(root, next, 2, killScale, 2, nil); err != nil {
 			t.Fatalf("kill %d: write step %d after the kill: %v", i, next, err)
 		}
-		if c, err := Latest(root, nil); err != nil || c.Step() != next {
+		if c, err := Latest(t.Context(), root, nil); err != nil || c.Step() != next {
 			t.Fatalf("kill %d: after writing step %d, Latest = %v, %v", i, next, c, err)
 		}
 		if steps := stepsIn(t, root); len(steps) > 2 {

@@ -143,12 +143,12 @@ func TestLockFilesAreNoCheckpoints(t *testing.T) {
 	for step := int64(1); step <= 3; step++ {
 		mustWrite(t, root, step, 2, 1)
 	}
-	infos, err := List(root)
+	infos, err := List(t.Context(), root)
 	must(t, err)
 	if len(infos) != 1 || infos[0].Step != 3 || !infos[0].Valid {
 		t.Errorf("List: %+v, want step 3 only", infos)
 	}
-	if c, err := Latest(root, nil); err != nil || c.Step() != 3 {
+	if c, err := Latest(t.Context(), root, nil); err != nil || c.Step() != 3 {
 		t.Errorf("Latest: %v, %v", c, err)
 	}
 	ents, err := os.ReadDir(root)
@@ -207,7 +207,7 @@ func TestRemoveUnused(t *testing.T) {
 	if ok, err := RemoveUnused(used); ok || err != nil {
 		t.Errorf("RemoveUnused of a directory with a checkpoint: %v, %v", ok, err)
 	}
-	if c, err := Latest(used, nil); err != nil || c.Step() != 1 {
+	if c, err := Latest(t.Context(), used, nil); err != nil || c.Step() != 1 {
 		t.Errorf("the checkpoint is gone: %v, %v", c, err)
 	}
 }

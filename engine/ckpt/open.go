@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -65,16 +66,23 @@ func invalid(dir, file string, err error, format string, a ...any) *InvalidError
 // fully: the manifest, the size and SHA-256 of every file, and that the
 // files' headers hold exactly the tensors the manifest lists. A directory
 // that is not a valid checkpoint gives an *InvalidError; a file that cannot
-// be read (permissions, I/O) another error.
-func Open(dir string) (*Checkpoint, error) {
+// be read (permissions, I/O) another error. Once ctx ends, Open stops
+// within a MiB of reading and returns an error wrapping ctx's cause.
+func Open(ctx context.Context, dir string) (*Checkpoint, error) {
+	if err := stopped(ctx, "verify", dir); err != nil {
+		return nil, err
+	}
 	m, err := readManifest(dir)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range m.Files {
-		if err := verifyFile(dir, f); err != nil {
+		if err := verifyFile(ctx, dir, f); err != nil {
 			return nil, err
 		}
+	}
+	if err := stopped(ctx, "verify", dir); err != nil {
+		return nil, err
 	}
 	idx, headers, err := buildIndex(dir, m.Step, m.Files)
 	if err != nil {
@@ -87,8 +95,8 @@ func Open(dir string) (*Checkpoint, error) {
 }
 
 // Verify checks the checkpoint in the step directory dir as Open does.
-func Verify(dir string) error {
-	_, err := Open(dir)
+func Verify(ctx context.Context, dir string) error {
+	_, err := Open(ctx, dir)
 	return err
 }
 
@@ -123,8 +131,9 @@ func readManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// verifyFile checks the size and SHA-256 of one file, reading it once.
-func verifyFile(dir string, want File) error {
+// verifyFile checks the size and SHA-256 of one file, reading it once, a
+// MiB at a time until ctx ends.
+func verifyFile(ctx context.Context, dir string, want File) error {
 	f, err := os.Open(filepath.Join(dir, want.Name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return invalid(dir, want.Name, err, "missing (the manifest lists it)")
@@ -141,7 +150,7 @@ func verifyFile(dir string, want File) error {
 		return invalid(dir, want.Name, nil, "%d bytes, the manifest says %d (truncated, or replaced after the commit)", st.Size(), want.Bytes)
 	}
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, io.LimitReader(f, want.Bytes), make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(h, ctxReader{ctx, io.LimitReader(f, want.Bytes)}, make([]byte, 1<<20)); err != nil {
 		return fmt.Errorf("ckpt: verify %s: %w", f.Name(), err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 {
@@ -170,8 +179,12 @@ func sameIndex(a, b []TensorIndex) error {
 // is told which and why ("ckpt: skipping step-00000200: ..."). With no valid
 // checkpoint, or no root, the error wraps ErrNoCheckpoint. A file that
 // cannot be read at all (permissions, I/O errors) stops the search with its
-// error, rather than silently falling back to an older checkpoint.
-func Latest(root string, warn func(string)) (*Checkpoint, error) {
+// error, rather than silently falling back to an older checkpoint; so does
+// the end of ctx, with an error wrapping its cause.
+func Latest(ctx context.Context, root string, warn func(string)) (*Checkpoint, error) {
+	if err := stopped(ctx, "find the latest checkpoint in", root); err != nil {
+		return nil, err
+	}
 	steps, err := stepDirs(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s: the directory does not exist", ErrNoCheckpoint, root)
@@ -180,9 +193,12 @@ func Latest(root string, warn func(string)) (*Checkpoint, error) {
 		return nil, err
 	}
 	for i := len(steps) - 1; i >= 0; i-- {
-		c, err := Open(steps[i].path)
+		c, err := Open(ctx, steps[i].path)
 		var inv *InvalidError
-		if errors.As(err, &inv) {
+		switch {
+		case ctx.Err() != nil: // not invalid: cut short
+			return nil, stopped(ctx, "find the latest checkpoint in", root)
+		case errors.As(err, &inv):
 			if warn != nil {
 				warn("ckpt: skipping " + filepath.Base(steps[i].path) + ": " + inv.Problem())
 			}
@@ -233,15 +249,22 @@ type Info struct {
 }
 
 // List describes every step directory under root, oldest first, as
-// Describe does.
-func List(root string) ([]Info, error) {
+// Describe does. It fails only when root cannot be read, or ctx ends.
+func List(ctx context.Context, root string) ([]Info, error) {
+	if err := stopped(ctx, "list", root); err != nil {
+		return nil, err
+	}
 	steps, err := stepDirs(root)
 	if err != nil {
 		return nil, err
 	}
 	infos := make([]Info, 0, len(steps))
 	for _, s := range steps {
-		infos = append(infos, Describe(s.path))
+		info, err := Describe(ctx, s.path)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
 	}
 	return infos, nil
 }
@@ -249,8 +272,13 @@ func List(root string) ([]Info, error) {
 // Describe verifies the step directory dir fully, as Open does, and
 // describes it: Valid is true exactly when Open (and so Latest) would load
 // it. Step is that of the directory's name, or of its manifest when the
-// name is not a step directory's (-1 without either).
-func Describe(dir string) Info {
+// name is not a step directory's (-1 without either). Every problem of the
+// directory is in the Info; the error is only that ctx ended (wrapping its
+// cause), when the verification was cut short.
+func Describe(ctx context.Context, dir string) (Info, error) {
+	if err := stopped(ctx, "verify", dir); err != nil {
+		return Info{}, err
+	}
 	info := Info{Step: -1, Dir: dir}
 	info.Files, info.Bytes = dirFiles(dir)
 	if m, err := readManifest(dir); err == nil {
@@ -259,7 +287,10 @@ func Describe(dir string) Info {
 	if step, ok := ParseStepDir(filepath.Base(dir)); ok {
 		info.Step = step
 	}
-	c, err := Open(dir)
+	c, err := Open(ctx, dir)
+	if err := stopped(ctx, "verify", dir); err != nil {
+		return Info{}, err
+	}
 	var inv *InvalidError
 	switch {
 	case errors.As(err, &inv):
@@ -270,7 +301,7 @@ func Describe(dir string) Info {
 		info.Valid = true
 		info.Files, info.Bytes = len(c.Manifest.Files), c.Manifest.Bytes()
 	}
-	return info
+	return info, nil
 }
 
 // dirFiles counts the files in dir and their bytes, leaving out the

@@ -80,13 +80,13 @@ func TestExportReadByPyTorch(t *testing.T) {
 		files = append(files, f)
 	}
 	must(t, Commit(root, Manifest{Step: 7, Layout: Layout{2, 2, 1, 1, 2}, Files: files}, 0, nil))
-	c, err := Latest(root, nil)
+	c, err := Latest(t.Context(), root, nil)
 	must(t, err)
 	out := t.TempDir()
 	var paths []string
 	for _, dtype := range []string{"F32", "BF16", "F16"} {
 		p := filepath.Join(out, dtype+".safetensors")
-		must(t, Export(c, p, ExportOptions{DType: dtype, Optimizer: true}))
+		must(t, Export(t.Context(), c, p, ExportOptions{DType: dtype, Optimizer: true}))
 		paths = append(paths, p)
 	}
 	cmd := exec.Command(python, append([]string{"-c", pythonReader}, paths...)...)

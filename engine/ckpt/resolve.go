@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -51,12 +52,12 @@ func Resolve(path string) (Target, error) {
 
 // Load is the checkpoint t names: the step directory's, verified, or the
 // newest valid one of the root (see Latest; warn hears of the newer ones
-// skipped).
-func (t Target) Load(warn func(string)) (*Checkpoint, error) {
+// skipped). It stops when ctx ends, as Open does.
+func (t Target) Load(ctx context.Context, warn func(string)) (*Checkpoint, error) {
 	if t.Step != "" {
-		return Open(t.Step)
+		return Open(ctx, t.Step)
 	}
-	return Latest(t.Root, warn)
+	return Latest(ctx, t.Root, warn)
 }
 
 // SupersededPrefix begins the name of the directories SetAside moves step

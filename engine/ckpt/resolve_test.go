@@ -65,14 +65,14 @@ func TestTargetLoad(t *testing.T) {
 	for path, want := range map[string]int64{root: 3, filepath.Join(root, StepDirName(2)): 2, filepath.Join(root, StepDirName(1)): 1} {
 		tg, err := Resolve(path)
 		must(t, err)
-		c, err := tg.Load(nil)
+		c, err := tg.Load(t.Context(), nil)
 		if err != nil || c.Step() != want {
 			t.Errorf("%s: loaded %v, %v; want step %d", path, c, err, want)
 		}
 	}
 	flip(t, filepath.Join(root, StepDirName(3), RankFileName(1)), -1)
 	tg, _ := Resolve(filepath.Join(root, StepDirName(3)))
-	if _, err := tg.Load(nil); !errors.As(err, new(*InvalidError)) {
+	if _, err := tg.Load(t.Context(), nil); !errors.As(err, new(*InvalidError)) {
 		t.Errorf("a damaged step asked for by name: %v, want *InvalidError (never an older one instead)", err)
 	}
 }
@@ -97,10 +97,10 @@ func TestSetAside(t *testing.T) {
 	if got := stepsIn(t, root); !slices.Equal(got, []int64{1}) {
 		t.Errorf("steps left in the root: %v, want [1]", got)
 	}
-	if c, err := Latest(root, nil); err != nil || c.Step() != 1 {
+	if c, err := Latest(t.Context(), root, nil); err != nil || c.Step() != 1 {
 		t.Errorf("Latest after SetAside: %v, %v", c, err)
 	}
-	if c, err := Open(filepath.Join(dest, StepDirName(3))); err != nil || c.Step() != 3 {
+	if c, err := Open(t.Context(), filepath.Join(dest, StepDirName(3))); err != nil || c.Step() != 3 {
 		t.Errorf("the checkpoint set aside no longer opens: %v", err)
 	}
 	// Nothing newer: nothing moved, nothing created. Something newer again

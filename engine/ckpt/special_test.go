@@ -18,7 +18,7 @@ import (
 func TestSpecialDestinations(t *testing.T) {
 	root := t.TempDir()
 	mustWrite(t, root, 1, 1, 0)
-	c, err := Open(filepath.Join(root, StepDirName(1)))
+	c, err := Open(t.Context(), filepath.Join(root, StepDirName(1)))
 	must(t, err)
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "pipe")
@@ -27,7 +27,7 @@ func TestSpecialDestinations(t *testing.T) {
 
 	var nr *atomicfile.NotRegularError
 	for _, out := range []string{fifo, filepath.Join(dir, "to-pipe")} {
-		if err := Export(c, out, ExportOptions{}); !errors.As(err, &nr) {
+		if err := Export(t.Context(), c, out, ExportOptions{}); !errors.As(err, &nr) {
 			t.Errorf("Export to %s = %v, want a *atomicfile.NotRegularError", out, err)
 		}
 	}
@@ -45,7 +45,7 @@ func TestSpecialDestinations(t *testing.T) {
 
 	link := filepath.Join(dir, "m.safetensors")
 	must(t, os.Symlink("real.safetensors", link))
-	must(t, Export(c, link, ExportOptions{}))
+	must(t, Export(t.Context(), c, link, ExportOptions{}))
 	if got, err := os.Readlink(link); err != nil || got != "real.safetensors" {
 		t.Errorf("the link now points to %q (%v)", got, err)
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,9 +24,10 @@ type rankState struct {
 }
 
 // NewestValid is the newest valid checkpoint in dir, if any. Like Latest it
-// verifies from the newest down and stops at the first valid one.
-func NewestValid(dir string) (*ckpt.Checkpoint, bool) {
-	c, err := ckpt.Latest(dir, nil)
+// verifies from the newest down and stops at the first valid one; it gives
+// up (false) when ctx ends, which the caller checks.
+func NewestValid(ctx context.Context, dir string) (*ckpt.Checkpoint, bool) {
+	c, err := ckpt.Latest(ctx, dir, nil)
 	return c, err == nil
 }
 
@@ -87,14 +89,15 @@ func (t *Trainer) lockDir() (*ckpt.DirLock, error) {
 }
 
 // startingPoint is the checkpoint the run starts from, nil for a fresh
-// start.
+// start. Verifying a checkpoint reads all of it: it stops when the run's
+// context ends.
 func (t *Trainer) startingPoint() (*ckpt.Checkpoint, error) {
-	dir, env := t.spec.Checkpoint.Dir, t.env
+	ctx, dir, env := t.ctx(), t.spec.Checkpoint.Dir, t.env
 	switch {
 	case env.Restart:
 		// A restart continues this job: from its newest checkpoint, not from
 		// the step the job was resumed from.
-		c, err := ckpt.Latest(dir, env.Warn)
+		c, err := ckpt.Latest(ctx, dir, env.Warn)
 		if errors.Is(err, ckpt.ErrNoCheckpoint) && !env.Resume {
 			t.logf("restart: no valid checkpoint in %s yet: starting afresh", dir)
 			return nil, nil
@@ -104,21 +107,24 @@ func (t *Trainer) startingPoint() (*ckpt.Checkpoint, error) {
 		}
 		return c, nil
 	case env.ResumeFrom != "":
-		c, err := ckpt.Open(env.ResumeFrom)
+		c, err := ckpt.Open(ctx, env.ResumeFrom)
 		if err != nil {
 			return nil, fmt.Errorf("train: resume from %s: %w", env.ResumeFrom, err)
 		}
 		return c, nil
 	case env.Resume:
-		c, err := ckpt.Latest(dir, env.Warn)
+		c, err := ckpt.Latest(ctx, dir, env.Warn)
 		if err != nil {
 			return nil, fmt.Errorf("train: resume from %s: %w", dir, err)
 		}
 		return c, nil
 	}
-	if c, ok := NewestValid(dir); ok {
+	if c, ok := NewestValid(ctx, dir); ok {
 		return nil, fmt.Errorf("train: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
 			dir, filepath.Base(c.Dir), dir)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("train: check checkpoint.dir %s: %w", dir, context.Cause(ctx))
 	}
 	return nil, nil
 }

@@ -97,7 +97,7 @@ func TestResumeFromOlderStep(t *testing.T) {
 			t.Errorf("log does not say %q:\n%s", want, log.String())
 		}
 	}
-	if c, ok := NewestValid(dir); !ok || c.Step() != 12 {
+	if c, ok := NewestValid(t.Context(), dir); !ok || c.Step() != 12 {
 		t.Errorf("newest checkpoint after the resumed run: %v", c)
 	}
 }
@@ -128,6 +128,43 @@ func TestCheckpointDirCheckedBeforeFirstStep(t *testing.T) {
 			}
 			if name == "locked" && (!errors.As(err, new(*ckpt.LockedError)) || !strings.Contains(err.Error(), "other-job")) {
 				t.Errorf("run into a locked directory: %v, want a *ckpt.LockedError naming other-job", err)
+			}
+		})
+	}
+}
+
+// TestStartingPointStopsWhenContextEnds: the verification of the checkpoint
+// a run starts from (resume, resume from a step, restart, and the check that
+// a fresh run's directory is unused) gives up when the run's context has
+// ended, with its cause, instead of reading every checkpoint file first or
+// starting afresh.
+func TestStartingPointStopsWhenContextEnds(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Run(t.Context(), smallSpec(dir), Env{World: 1, StopAfter: 4}); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("interrupted by SIGINT")
+	for _, tc := range []struct {
+		name string
+		env  Env
+	}{
+		{"resume", Env{Resume: true}},
+		{"resume from a step", Env{ResumeFrom: filepath.Join(dir, ckpt.StepDirName(4))}},
+		{"restart", Env{Restart: true}},
+		{"fresh", Env{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.env.World = 1
+			tr, err := New(smallSpec(dir), tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			ctx, cancel := context.WithCancelCause(t.Context())
+			cancel(cause)
+			tr.runCtx = ctx
+			if c, err := tr.startingPoint(); c != nil || !errors.Is(err, cause) {
+				t.Errorf("startingPoint = %v, %v; want the context's cause", c, err)
 			}
 		})
 	}

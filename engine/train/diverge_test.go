@@ -123,7 +123,7 @@ func TestHugeLearningRateDiverges(t *testing.T) {
 		return
 	}
 	newest := filepath.Join(dir, dirs[len(dirs)-1])
-	c, err := ckpt.Open(newest)
+	c, err := ckpt.Open(t.Context(), newest)
 	if err != nil {
 		t.Fatal(err)
 	}

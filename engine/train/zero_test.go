@@ -240,12 +240,12 @@ func resave(t *testing.T, spec Spec, n int, from, to string) {
 // exportBytes is the safetensors export of the newest checkpoint in dir.
 func exportBytes(t *testing.T, dir string) []byte {
 	t.Helper()
-	c, err := ckpt.Latest(dir, nil)
+	c, err := ckpt.Latest(t.Context(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "model.safetensors")
-	if err := ckpt.Export(c, out, ckpt.ExportOptions{}); err != nil {
+	if err := ckpt.Export(t.Context(), c, out, ckpt.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
