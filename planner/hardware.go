@@ -97,8 +97,10 @@ func ParseLink(s string) (Link, error) {
 		rate = strings.TrimSuffix(rate, "G")
 	}
 	v, err := strconv.ParseFloat(rate, 64)
-	if err != nil || math.IsNaN(v) || v <= 0 || v > 1e6 {
-		return Link{}, fmt.Errorf("link %q: rate %q: want a positive number of Gb/s (or GB/s with a GB suffix)", s, rate)
+	// The bound is on Gb/s, after the GB scaling: "nvswitch:200000GB" is
+	// 1.6e6 Gb/s, over it, and would not parse back from its String.
+	if err != nil || math.IsNaN(v) || v <= 0 || v*scale > 1e6 {
+		return Link{}, fmt.Errorf("link %q: rate %q: want a positive number of Gb/s (or GB/s with a GB suffix), at most 1e6 Gb/s", s, rate)
 	}
 	l.GbitPerS = v * scale
 	return l, nil
