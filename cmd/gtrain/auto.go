@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
@@ -43,11 +39,11 @@ func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spe
 	if err != nil {
 		return spec, err
 	}
-	mem, err := hostMemory("/proc/meminfo")
-	if err != nil {
-		return spec, fmt.Errorf("run --auto: %w", err)
+	mem, _, ok := train.HostCapacity()
+	if !ok {
+		return spec, errors.New("run --auto: host memory: neither MemTotal in /proc/meminfo nor a cgroup memory limit could be read")
 	}
-	spec, choice, err := autoSpec(spec, cpuTopology(nodes, mem, runtime.NumCPU()))
+	spec, choice, err := autoSpec(spec, cpuTopology(nodes, int64(mem), runtime.NumCPU()))
 	if err != nil {
 		return spec, err
 	}
@@ -177,29 +173,4 @@ func cpuTopology(nodes []hostfiles.Node, memTotal int64, cpus int) planner.Topol
 		top.Nodes, top.GPUsPerNode = world, 1
 	}
 	return top
-}
-
-// hostMemory is MemTotal of a /proc/meminfo file, in bytes.
-func hostMemory(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("host memory: %w", err)
-	}
-	defer f.Close()
-	return parseMemTotal(f)
-}
-
-func parseMemTotal(r io.Reader) (int64, error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil || kb <= 0 || kb > 1<<50 {
-				return 0, fmt.Errorf("host memory: MemTotal %q: not a size in kB", fields[1])
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, fmt.Errorf("host memory: no MemTotal line")
 }

@@ -169,18 +169,6 @@ func TestCPUTopology(t *testing.T) {
 	}
 }
 
-func TestParseMemTotal(t *testing.T) {
-	got, err := parseMemTotal(strings.NewReader("MemFree:  10 kB\nMemTotal:       16314572 kB\n"))
-	if err != nil || got != 16314572*1024 {
-		t.Errorf("%d, %v", got, err)
-	}
-	for _, in := range []string{"", "MemTotal: lots kB\n", "MemTotal: -1 kB\n"} {
-		if _, err := parseMemTotal(strings.NewReader(in)); err == nil {
-			t.Errorf("%q: no error", in)
-		}
-	}
-}
-
 func TestJobPrecision(t *testing.T) {
 	for in, want := range map[string]planner.Precision{`{"precision": "bf16"}`: planner.BF16, `{"precision": "fp16"}`: planner.FP16,
 		`{"steps": 1}`: planner.FP32, `{"precision": "fp8"}`: planner.FP32, `[`: planner.FP32} {

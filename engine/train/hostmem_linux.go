@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,14 +58,15 @@ func readSmall(path string) ([]byte, error) {
 }
 
 // keyedValue is the number after "key" (and a colon, for /proc/meminfo) on
-// a line of b, times unit.
+// a line of b, times unit; false unless it is a finite number ≥ 0.
 func keyedValue(b []byte, key string, unit float64) (float64, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) >= 2 && strings.TrimSuffix(f[0], ":") == key {
 			v, err := strconv.ParseFloat(f[1], 64)
-			return v * unit, err == nil
+			ok := err == nil && v >= 0 && !math.IsInf(v, 0)
+			return v * unit, ok
 		}
 	}
 	return 0, false

@@ -66,6 +66,16 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 	return m, nil
 }
 
+// HostCapacity is the most memory the ranks of a job on this host can hold
+// together, as the memory check counts it: MemTotal, or this process's
+// cgroup limit when lower; from says which, and ok is false when neither
+// could be read. `run --auto` plans with it, so that the layout it picks
+// passes the check.
+func HostCapacity() (bytes float64, from string, ok bool) {
+	c, _, _ := hostMemory()
+	return c.bytes, c.from, c.known()
+}
+
 // memLimit is an amount of memory, in bytes, and where it was read.
 type memLimit struct {
 	bytes float64

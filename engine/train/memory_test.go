@@ -210,6 +210,11 @@ func TestHostMemoryFiles(t *testing.T) {
 	if v, ok := keyedValue(meminfo, "MemAvailable", 1024); !ok || v != 24174944*1024 {
 		t.Errorf("MemAvailable: %v %v", v, ok)
 	}
+	for _, in := range []string{"", "MemTotal: lots kB\n", "MemTotal: -1 kB\n", "MemTotal: NaN kB\n", "MemTotal: Inf kB\n"} {
+		if v, ok := keyedValue([]byte(in), "MemTotal", 1024); ok {
+			t.Errorf("%q: MemTotal %v accepted", in, v)
+		}
+	}
 	dir := t.TempDir()
 	write := func(name, s string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
