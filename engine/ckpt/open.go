@@ -181,6 +181,11 @@ func sameIndex(a, b []TensorIndex) error {
 // cannot be read at all (permissions, I/O errors) stops the search with its
 // error, rather than silently falling back to an older checkpoint; so does
 // the end of ctx, with an error wrapping its cause.
+//
+// A running job may commit a newer step and prune the one being verified
+// while Latest reads (gtrain resume --dry-run, ckpt ls beside the job):
+// when no step was valid but the step directories changed meanwhile, it
+// looks again, a few times at most.
 func Latest(ctx context.Context, root string, warn func(string)) (*Checkpoint, error) {
 	if err := stopped(ctx, "find the latest checkpoint in", root); err != nil {
 		return nil, err
@@ -189,22 +194,22 @@ func Latest(ctx context.Context, root string, warn func(string)) (*Checkpoint, e
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s: the directory does not exist", ErrNoCheckpoint, root)
 	}
-	if err != nil {
-		return nil, err
-	}
-	for i := len(steps) - 1; i >= 0; i-- {
-		c, err := Open(ctx, steps[i].path)
-		var inv *InvalidError
-		switch {
-		case ctx.Err() != nil: // not invalid: cut short
-			return nil, stopped(ctx, "find the latest checkpoint in", root)
-		case errors.As(err, &inv):
-			if warn != nil {
-				warn("ckpt: skipping " + filepath.Base(steps[i].path) + ": " + inv.Problem())
-			}
-			continue
+	for pass := 1; err == nil; pass++ {
+		c, ok, lerr := latestOf(ctx, root, steps, warn)
+		if ok || lerr != nil {
+			return c, lerr
 		}
-		return c, err
+		if pass == maxLatestPasses {
+			break
+		}
+		var now []stepDir
+		if now, err = stepDirs(root); err == nil && slices.Equal(now, steps) {
+			break
+		}
+		steps = now
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	if len(steps) == 0 {
 		return nil, fmt.Errorf("%w in %s: no step directories", ErrNoCheckpoint, root)
@@ -213,6 +218,30 @@ func Latest(ctx context.Context, root string, warn func(string)) (*Checkpoint, e
 		return nil, fmt.Errorf("%w in %s: its one step directory is not valid", ErrNoCheckpoint, root)
 	}
 	return nil, fmt.Errorf("%w in %s: none of its %d step directories is valid", ErrNoCheckpoint, root, len(steps))
+}
+
+// maxLatestPasses bounds Latest's looks at a directory that keeps changing.
+const maxLatestPasses = 3
+
+// latestOf is the newest valid checkpoint of steps (ok), skipping invalid
+// ones with a warning; err is set when a step could not be read at all or
+// ctx ended, and neither is set when none is valid.
+func latestOf(ctx context.Context, root string, steps []stepDir, warn func(string)) (c *Checkpoint, ok bool, err error) {
+	for i := len(steps) - 1; i >= 0; i-- {
+		c, err := Open(ctx, steps[i].path)
+		var inv *InvalidError
+		switch {
+		case ctx.Err() != nil: // not invalid: cut short
+			return nil, false, stopped(ctx, "find the latest checkpoint in", root)
+		case errors.As(err, &inv):
+			if warn != nil {
+				warn("ckpt: skipping " + filepath.Base(steps[i].path) + ": " + inv.Problem())
+			}
+			continue
+		}
+		return c, err == nil, err
+	}
+	return nil, false, nil
 }
 
 // stepDir is a step directory under a root.
