@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch/proto"
 )
@@ -45,7 +46,7 @@ func ReadEnvFile(ctx context.Context, path string) ([]string, error) {
 	if err != nil {
 		var ue *userfile.Error
 		if errors.As(err, &ue) {
-			err = &UsageError{Err: fmt.Errorf("launch: --env-file %w", err)}
+			err = usage.Errorf("launch: --env-file %w", err)
 		} else if ctx.Err() == nil {
 			err = fmt.Errorf("launch: --env-file: %w", err)
 		}
@@ -66,13 +67,13 @@ func ParseEnv(name string, data []byte) ([]string, error) {
 		line = strings.TrimPrefix(line, "export ")
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
-			return nil, &UsageError{Err: fmt.Errorf("launch: %s:%d: want KEY=VALUE, got %q", name, i+1, clip(line, 60))}
+			return nil, usage.Errorf("launch: %s:%d: want KEY=VALUE, got %q", name, i+1, clip(line, 60))
 		}
 		if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
 			v = v[1 : len(v)-1]
 		}
 		if len(out) == MaxEnvVars {
-			return nil, &UsageError{Err: fmt.Errorf("launch: %s:%d: more than %d variables, the most an env file may set: is it the right file?", name, i+1, MaxEnvVars)}
+			return nil, usage.Errorf("launch: %s:%d: more than %d variables, the most an env file may set: is it the right file?", name, i+1, MaxEnvVars)
 		}
 		out = append(out, k+"="+v)
 	}
@@ -95,7 +96,7 @@ type Mux struct {
 }
 
 // Start implements Transport.
-func (m *Mux) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (m *Mux) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	if h.Local {
 		return m.Local.Start(ctx, h, spec)
 	}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 func TestReadEnvFile(t *testing.T) {
@@ -32,7 +34,7 @@ func TestReadEnvFile(t *testing.T) {
 			}
 			got, err := ReadEnvFile(context.Background(), path)
 			if tt.wantErr != "" {
-				var ue *UsageError
+				var ue *usage.Error
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want a usage error containing %q", err, tt.wantErr)
 				}
@@ -45,7 +47,7 @@ func TestReadEnvFile(t *testing.T) {
 	}
 	for _, path := range []string{filepath.Join(t.TempDir(), "missing"), "/dev/zero", t.TempDir()} {
 		_, err := ReadEnvFile(context.Background(), path)
-		var ue *UsageError
+		var ue *usage.Error
 		if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "launch: --env-file "+path+": ") {
 			t.Errorf("ReadEnvFile(%s) = %v, want a usage error naming the file", path, err)
 		}

@@ -12,13 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// UsageError marks an error in what the user asked for (flags, hostfile,
-// filters): gtrain exits with code 2 for it.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
-
 // RankFailedError is the rank of a job that ended badly on its own (not
 // killed by gtrain's teardown) and most likely caused the job's failure:
 // see rootCause. gtrain exits with its Code.

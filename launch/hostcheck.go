@@ -83,19 +83,19 @@ type HostCheck struct {
 	Version string
 }
 
-// PlanHosts returns nodes as a Plan numbers them, for commands that need the
+// HostsOf returns nodes as a Job numbers them, for commands that need the
 // hosts but no job.
-func PlanHosts(nodes []hostfiles.Node) []PlanHost {
-	out := make([]PlanHost, len(nodes))
+func HostsOf(nodes []hostfiles.Node) []Host {
+	out := make([]Host, len(nodes))
 	for i, n := range nodes {
-		out[i] = PlanHost{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i, Slots: n.SlotIDs, Local: IsLocalHost(n.Name)}
+		out[i] = Host{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i, Slots: n.SlotIDs, Local: IsLocalHost(n.Name)}
 	}
 	return out
 }
 
 // Check checks every host in parallel, each step bounded by the SSH connect
 // timeout, and returns one report per host, in order. hosts[0] is the master.
-func (hc *HostCheck) Check(ctx context.Context, hosts []PlanHost) []HostReport {
+func (hc *HostCheck) Check(ctx context.Context, hosts []Host) []HostReport {
 	probes := make([]*hostProbe, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -123,7 +123,7 @@ func (hc *HostCheck) Check(ctx context.Context, hosts []PlanHost) []HostReport {
 // hostProbe is one host being checked.
 type hostProbe struct {
 	HostReport
-	host   PlanHost
+	host   Host
 	target sshTarget
 	client *ssh.Client
 	sh     shellFunc // nil when the host could not be reached

@@ -39,8 +39,8 @@ func checkServer(t *testing.T, env ...string) *testSSHServer {
 }
 
 // remoteHost is node n on srv.
-func remoteHost(srv *testSSHServer, n int, slots ...int) PlanHost {
-	return PlanHost{Name: "127.0.0.1", Addr: srv.addr, Node: n, Slots: slots}
+func remoteHost(srv *testSSHServer, n int, slots ...int) Host {
+	return Host{Name: "127.0.0.1", Addr: srv.addr, Node: n, Slots: slots}
 }
 
 // checker is a HostCheck trusting and logging in to every server given.
@@ -60,7 +60,7 @@ func TestHostCheckAllOK(t *testing.T) {
 	gpuDir := t.TempDir()
 	writeScript(t, gpuDir, "nvidia-smi", `printf 'GPU 0: Fake (UUID: a)\n  MIG 1g.5gb Device 0: (UUID: b)\nGPU 1: Fake (UUID: c)\n'`)
 	srv0, srv1 := checkServer(t), checkServer(t, "PATH="+gpuDir+":"+os.Getenv("PATH"))
-	reports := checker(t, srv0, srv1).Check(t.Context(), []PlanHost{remoteHost(srv0, 0, 0), remoteHost(srv1, 1, 0, 1)})
+	reports := checker(t, srv0, srv1).Check(t.Context(), []Host{remoteHost(srv0, 0, 0), remoteHost(srv1, 1, 0, 1)})
 	if len(reports) != 2 {
 		t.Fatalf("got %d reports, want 2", len(reports))
 	}
@@ -99,41 +99,41 @@ func TestHostCheckFailures(t *testing.T) {
 	tests := []struct {
 		name    string
 		env     []string
-		setup   func(*testSSHServer, *HostCheck, *PlanHost)
+		setup   func(*testSSHServer, *HostCheck, *Host)
 		step    func(HostReport) CheckResult
 		state   CheckState
 		detail  string
 		ok      bool
 		errWant string
 	}{
-		{"unknown host key", nil, func(_ *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"unknown host key", nil, func(_ *testSSHServer, hc *HostCheck, _ *Host) {
 			empty := filepath.Join(t.TempDir(), "known_hosts")
 			os.WriteFile(empty, nil, 0o600)
 			hc.SSH.Config.KnownHosts = []string{empty}
 		}, hostKeyOf, CheckFailed, "unknown key", false, "is not in"},
-		{"changed host key", nil, func(srv *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"changed host key", nil, func(srv *testSSHServer, hc *HostCheck, _ *Host) {
 			hc.SSH.Config.KnownHosts = []string{srv.knownHosts(t, otherKey.PublicKey())}
 		}, hostKeyOf, CheckFailed, "changed key", false, "CHANGED"},
-		{"refused port", nil, func(_ *testSSHServer, _ *HostCheck, h *PlanHost) {
+		{"refused port", nil, func(_ *testSSHServer, _ *HostCheck, h *Host) {
 			h.Addr = closed
 		}, reachOf, CheckFailed, "refused", false, "connection refused"},
-		{"bad auth", nil, func(_ *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"bad auth", nil, func(_ *testSSHServer, hc *HostCheck, _ *Host) {
 			hc.SSH.Config.Identities = []string{otherID}
 		}, authOf, CheckFailed, "denied", false, "unable to authenticate"},
-		{"gtrain absent, same OS", nil, func(_ *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"gtrain absent, same OS", nil, func(_ *testSSHServer, hc *HostCheck, _ *Host) {
 			hc.SSH.Config.RemoteGtrain = ""
 		}, gtrainOf, CheckOK, "absent: will be copied on first run", true, ""},
-		{"remote gtrain missing", nil, func(_ *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"remote gtrain missing", nil, func(_ *testSSHServer, hc *HostCheck, _ *Host) {
 			hc.SSH.Config.RemoteGtrain = "/nonexistent/gtrain"
 		}, gtrainOf, CheckFailed, "not found", false, "--remote-gtrain /nonexistent/gtrain: not found"},
-		{"gtrain hangs", nil, func(_ *testSSHServer, hc *HostCheck, _ *PlanHost) {
+		{"gtrain hangs", nil, func(_ *testSSHServer, hc *HostCheck, _ *Host) {
 			hc.SSH.Config.RemoteGtrain = writeScript(t, t.TempDir(), "gtrain", "exec sleep 30")
 			hc.SSH.Config.ConnectTimeout = time.Second
 		}, gtrainOf, CheckFailed, "timed out", false, "timed out after 1s"},
 		{"nvidia-smi fails", []string{"PATH=" + fakeNvidiaSMI(t, `echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9`) + ":" + os.Getenv("PATH")},
 			nil, gpuOf, CheckFailed, "", false, "couldn't communicate with the NVIDIA driver"},
 		{"slot beyond GPUs", []string{"PATH=" + fakeNvidiaSMI(t, `echo "GPU 0: Fake (UUID: a)"`) + ":" + os.Getenv("PATH")},
-			func(_ *testSSHServer, _ *HostCheck, h *PlanHost) { h.Slots = []int{0, 1} },
+			func(_ *testSSHServer, _ *HostCheck, h *Host) { h.Slots = []int{0, 1} },
 			gpuOf, CheckFailed, "slot 1 but 1 GPUs", false, "slot 1 (a device id) but nvidia-smi lists 1 GPU(s)"},
 	}
 	for _, tt := range tests {
@@ -145,7 +145,7 @@ func TestHostCheckFailures(t *testing.T) {
 				tt.setup(srv, hc, &h)
 			}
 			start := time.Now()
-			r := hc.Check(t.Context(), []PlanHost{h})[0]
+			r := hc.Check(t.Context(), []Host{h})[0]
 			if got := tt.step(r); got.State != tt.state || (tt.detail != "" && got.Detail != tt.detail) {
 				t.Errorf("step = %+v, want %s %q", got, tt.state, tt.detail)
 			}
@@ -203,7 +203,7 @@ func TestHostCheckCachedGtrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := writeScript(t, filepath.Join(home, ".cache", "gtrain"), "gtrain-"+hash[:16], `echo "gtrain v9.9.9"`)
-	r := hc.Check(t.Context(), []PlanHost{remoteHost(srv, 0)})[0]
+	r := hc.Check(t.Context(), []Host{remoteHost(srv, 0)})[0]
 	if !r.OK || r.GtrainPath != path || r.GtrainVersion != "v9.9.9" {
 		t.Errorf("report %+v; want ready with gtrain v9.9.9 at %s", r, path)
 	}
@@ -217,8 +217,8 @@ func TestHostCheckMaster(t *testing.T) {
 	t.Run("node 0 unreachable", func(t *testing.T) {
 		srv := checkServer(t)
 		hc := checker(t, srv)
-		dead := PlanHost{Name: "127.0.0.1", Addr: closedPort(t), Node: 0}
-		reports := hc.Check(t.Context(), []PlanHost{dead, remoteHost(srv, 1)})
+		dead := Host{Name: "127.0.0.1", Addr: closedPort(t), Node: 0}
+		reports := hc.Check(t.Context(), []Host{dead, remoteHost(srv, 1)})
 		r := reports[1]
 		if r.Master.State != CheckFailed || r.Master.Detail != "refused" || r.MasterAddr != dead.Addr || r.OK {
 			t.Errorf("node 1: master %+v at %q, ok %v; want refused at %s, not ok", r.Master, r.MasterAddr, r.OK, dead.Addr)
@@ -230,8 +230,8 @@ func TestHostCheckMaster(t *testing.T) {
 	t.Run("node 0 local", func(t *testing.T) {
 		srv := checkServer(t)
 		hc := checker(t, srv)
-		local := PlanHost{Name: "localhost", Node: 0, Local: true}
-		reports := hc.Check(t.Context(), []PlanHost{local, remoteHost(srv, 1)})
+		local := Host{Name: "localhost", Node: 0, Local: true}
+		reports := hc.Check(t.Context(), []Host{local, remoteHost(srv, 1)})
 		l, r := reports[0], reports[1]
 		if !l.OK || l.Reach.Detail != "local" || l.GtrainVersion != "v1.0.0-local" || l.CPUs < 1 {
 			t.Errorf("local node 0: %+v", l)
@@ -263,7 +263,7 @@ func TestHostCheckHandshakeTimeout(t *testing.T) {
 	hc := checker(t, srv)
 	hc.SSH.Config.ConnectTimeout = 500 * time.Millisecond
 	start := time.Now()
-	r := hc.Check(t.Context(), []PlanHost{{Name: "127.0.0.1", Addr: l.Addr().String()}})[0]
+	r := hc.Check(t.Context(), []Host{{Name: "127.0.0.1", Addr: l.Addr().String()}})[0]
 	if r.Reach.State != CheckOK || r.Auth.State != CheckFailed || r.Auth.Detail != "timed out" {
 		t.Errorf("reach %+v, auth %+v; want ok and timed out", r.Reach, r.Auth)
 	}

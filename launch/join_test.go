@@ -18,7 +18,7 @@ type tamper struct {
 	edit func(*proto.Spec)
 }
 
-func (t *tamper) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (t *tamper) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	if h.Node == 1 {
 		t.edit(spec)
 	}
@@ -26,14 +26,14 @@ func (t *tamper) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (Agent
 }
 
 // twoLocalHosts is a job on two "hosts" that are both this machine.
-func twoLocalHosts(t *testing.T) *Plan {
+func twoLocalHosts(t *testing.T) *Job {
 	t.Helper()
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
 	nodes := []hostfiles.Node{
 		{Host: hostfiles.Host{Name: "localhost", Slots: 1}, SlotIDs: []int{0}},
 		{Host: hostfiles.Host{Name: "127.0.0.1", Slots: 1}, SlotIDs: []int{0}},
 	}
-	p, err := NewPlan(Options{Nodes: nodes, Command: []string{"sh", "-c", `echo "pid=$$"; touch "$OUT/ran.$RANK"`},
+	p, err := NewJob(JobOptions{Nodes: nodes, Command: []string{"sh", "-c", `echo "pid=$$"; touch "$OUT/ran.$RANK"`},
 		Grace: time.Second, Heartbeat: time.Second, Env: []string{"OUT=" + t.TempDir()}, Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)

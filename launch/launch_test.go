@@ -94,7 +94,7 @@ func runJob(t *testing.T, ctx context.Context, n int, grace time.Duration, scrip
 func runJobWith(t *testing.T, ctx context.Context, n int, grace time.Duration, env []string, rec *recorder, script string) (*recorder, error) {
 	t.Helper()
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
-	p, err := NewPlan(Options{Nodes: localNodes(n), Command: []string{"sh", "-c", script}, Grace: grace, Heartbeat: time.Second, Env: env})
+	p, err := NewJob(JobOptions{Nodes: localNodes(n), Command: []string{"sh", "-c", script}, Grace: grace, Heartbeat: time.Second, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestRunInterrupted(t *testing.T) {
 
 func TestRunCommandNotFound(t *testing.T) {
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
-	p, err := NewPlan(Options{Nodes: localNodes(2), Command: []string{"/nonexistent/gtrain-no-such-cmd"}, Grace: time.Second})
+	p, err := NewJob(JobOptions{Nodes: localNodes(2), Command: []string{"/nonexistent/gtrain-no-such-cmd"}, Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestRunStatusOversized(t *testing.T) {
 
 func TestRunRestarts(t *testing.T) {
 	t.Setenv("GTRAIN_TEST_AGENT", "1")
-	p, err := NewPlan(Options{Nodes: localNodes(2), MaxRestarts: 2, Grace: time.Second,
+	p, err := NewJob(JobOptions{Nodes: localNodes(2), MaxRestarts: 2, Grace: time.Second,
 		Command: []string{"sh", "-c", `[ "$TORCHELASTIC_RESTART_COUNT" = 2 ] || exit 4; echo "attempt $GTRAIN_ATTEMPT"`}})
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ until [ -e "$DONE" ]; do sleep 0.05; done`
 		{Host: hostfiles.Host{Name: "localhost", Slots: 1}, SlotIDs: []int{0}},
 		{Host: hostfiles.Host{Name: "127.0.0.1", Slots: 1}, SlotIDs: []int{0}},
 	}
-	p, err := NewPlan(Options{Nodes: nodes, Command: []string{"sh", "-c", script}, Grace: time.Second,
+	p, err := NewJob(JobOptions{Nodes: nodes, Command: []string{"sh", "-c", script}, Grace: time.Second,
 		Heartbeat: 100 * time.Millisecond, Env: []string{"DONE=" + done}})
 	if err != nil {
 		t.Fatal(err)

@@ -13,12 +13,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
 	"github.com/gtrain/gtrain/rendezvous"
 )
 
-// Runtime is what Run needs besides the Plan.
+// Runtime is what Run needs besides the Job.
 type Runtime struct {
 	Transport Transport
 	View      status.View     // receives every event of every attempt
@@ -45,7 +46,7 @@ type Runtime struct {
 	RestartWait, RestartWaitMax time.Duration
 }
 
-// Run executes the plan: it starts one agent per host, streams their events
+// Run executes the job: it starts one agent per host, streams their events
 // to rt.View, and tears the whole job down when a rank fails, an agent is
 // lost, or ctx is cancelled (context.Cause(ctx) should then be an
 // *InterruptedError). After a rank failure or a lost agent the job is
@@ -53,7 +54,7 @@ type Runtime struct {
 // before each restart (see Runtime.RestartWait). It returns nil when every
 // rank of an attempt exited with code 0; every error it returns has been
 // announced to rt.View as a notice first.
-func Run(ctx context.Context, p *Plan, rt Runtime) error {
+func Run(ctx context.Context, p *Job, rt Runtime) error {
 	rt.setDefaults()
 	for attempt := 0; ; attempt++ {
 		err := runAttempt(ctx, p, rt, attempt)
@@ -139,7 +140,7 @@ type agentMsg struct {
 
 // attempt is the state of one run of the job.
 type attempt struct {
-	p        *Plan
+	p        *Job
 	rt       Runtime
 	n        int
 	view     status.View
@@ -181,7 +182,7 @@ func SilentAfter(beat time.Duration) time.Duration {
 	return max(5*beat, 3*time.Second)
 }
 
-func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
+func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{}, exits: map[int]int{}, gone: make([]bool, len(p.Hosts)),
 		done: make([]bool, len(p.Hosts)), ended: make([]bool, len(p.Hosts)), lastSeen: make([]time.Time, len(p.Hosts)),
 		facts: make([]*proto.HostFacts, len(p.Hosts)), lastErr: make([]string, len(p.Hosts)), life: make([]agentLife, len(p.Hosts)),
@@ -191,7 +192,7 @@ func runAttempt(ctx context.Context, p *Plan, rt Runtime, n int) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				dir := filepath.Join(rt.LogDir, p.RunID, "attempt-"+strconv.Itoa(n))
-				err = &UsageError{Err: fmt.Errorf("launch: --log-dir: %s exists already (logs of run id %q): choose another --log-dir or --rdzv-id", dir, p.RunID)}
+				err = usage.Errorf("launch: --log-dir: %s exists already (logs of run id %q): choose another --log-dir or --rdzv-id", dir, p.RunID)
 			}
 			notice(rt.View, err.Error())
 			return err
@@ -293,7 +294,7 @@ func (a *attempt) missingJoin() {
 		Err: fmt.Errorf("agent did not join within %v", a.rt.JoinTimeout)}, "join timeout")
 }
 
-// masterEnv is MASTER_ADDR and MASTER_PORT where the plan left them to be
+// masterEnv is MASTER_ADDR and MASTER_PORT where the job left them to be
 // determined at launch: the address the other nodes reach node 0 at (as
 // this launcher reached it, or, when node 0 is this machine, the address a
 // remote host sees this machine at), and a port node 0 found free.
@@ -614,7 +615,7 @@ func (a *attempt) sendAll(typ, reason string, env ...string) {
 }
 
 // Spec is the job spec for the agent of node i in the given attempt.
-func (p *Plan) Spec(i, attempt int) *proto.Spec {
+func (p *Job) Spec(i, attempt int) *proto.Spec {
 	h := p.Hosts[i]
 	s := &proto.Spec{
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,

@@ -20,7 +20,7 @@ type fakeTransport struct {
 	conns []*fakeConn
 }
 
-func (f *fakeTransport) Start(_ context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (f *fakeTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := &fakeConn{host: h.Name, node: h.Node, events: make(chan proto.Event, 16), gone: make(chan struct{}), cmds: make(chan proto.Command, 16)}
@@ -73,14 +73,14 @@ func (c *fakeConn) send(typ string, rank, code int) {
 	c.events <- proto.Event{V: proto.Version, Type: typ, Host: c.host, Node: c.node, Rank: rank, Code: code}
 }
 
-func fakePlan(t *testing.T, hosts int) *Plan {
+func fakeJob(t *testing.T, hosts int) *Job {
 	t.Helper()
 	var nodes []hostfiles.Node
 	for i := range hosts {
 		name := "worker-" + string(rune('0'+i))
 		nodes = append(nodes, hostfiles.Node{Host: hostfiles.Host{Name: name, Slots: 1}, SlotIDs: []int{0}})
 	}
-	p, err := NewPlan(Options{Nodes: nodes, Command: []string{"x"}, MasterPort: 1, Grace: time.Second, Heartbeat: time.Second, Getenv: noEnv})
+	p, err := NewJob(JobOptions{Nodes: nodes, Command: []string{"x"}, MasterPort: 1, Grace: time.Second, Heartbeat: time.Second, Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func fakePlan(t *testing.T, hosts int) *Plan {
 func TestRunSilentAgentIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &fakeTransport{}
-		p := fakePlan(t, 2)
+		p := fakeJob(t, 2)
 		start := time.Now()
 		errc := make(chan error, 1)
 		go func() {
@@ -135,7 +135,7 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 func TestRunFailureStopsOtherAgents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &fakeTransport{}
-		p := fakePlan(t, 3)
+		p := fakeJob(t, 3)
 		errc := make(chan error, 1)
 		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true}) }()
 		synctest.Wait()
@@ -193,7 +193,7 @@ func (v *slowView) Event(ev proto.Event) {
 func TestRunFloodDoesNotLoseAgents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &fakeTransport{}
-		p := fakePlan(t, 3)
+		p := fakeJob(t, 3)
 		limit := SilentAfter(p.Heartbeat)
 		// 200 ms a line: the launcher's queue of 64 events takes 12.8 s to
 		// drain, longer than the silence limit.
@@ -266,7 +266,7 @@ func TestRunFloodDoesNotLoseAgents(t *testing.T) {
 func TestCheckSilentAfterStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &fakeTransport{}
-		p := fakePlan(t, 1)
+		p := fakeJob(t, 1)
 		c, _ := tr.Start(t.Context(), p.Hosts[0], nil)
 		a := &attempt{p: p, view: &recorder{}, conns: []AgentConn{c}, done: []bool{false}, ended: []bool{false},
 			lastSeen: []time.Time{time.Now()}, life: make([]agentLife, 1), lastCheck: time.Now()}

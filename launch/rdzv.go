@@ -2,11 +2,11 @@ package launch
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/rendezvous"
 )
@@ -34,7 +34,7 @@ func (a *attempt) listenRendezvous(ctx context.Context) (*rendezvous.Server, err
 	}
 	srv, err := rendezvous.Listen(rendezvous.Config{Addr: bind, Secret: secret, Nodes: names, Log: a.rdzvLog})
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("launch: rendezvous: listen on %s: %w (choose another with --rdzv-bind)", bind, err)}
+		return nil, usage.Errorf("launch: rendezvous: listen on %s: %w (choose another with --rdzv-bind)", bind, err)
 	}
 	go func() { _ = srv.Serve(ctx) }()
 	a.secret = secret
@@ -75,7 +75,7 @@ func (a *attempt) rdzvLog(line string) {
 }
 
 // rendezvousFor is the rendezvous part of host h's spec.
-func (a *attempt) rendezvousFor(h PlanHost) *proto.Rendezvous {
+func (a *attempt) rendezvousFor(h Host) *proto.Rendezvous {
 	r := &proto.Rendezvous{Port: a.rdzvPort, Secret: a.secret, Name: h.Name, Host: a.rt.RendezvousHost}
 	if h.Local {
 		// Never SSH_CONNECTION here: gtrain itself may run in an SSH login.

@@ -24,7 +24,7 @@ type scriptedTransport struct {
 	starts []time.Time // when node 0's agent of each attempt started
 }
 
-func (s *scriptedTransport) Start(_ context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (s *scriptedTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	if h.Node == 0 {
 		s.mu.Lock()
 		s.starts = append(s.starts, time.Now())
@@ -78,7 +78,7 @@ func alwaysFails(node, _ int) []proto.Event { return []proto.Event{exited(node, 
 func TestRestartBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &scriptedTransport{script: alwaysFails}
-		p := fakePlan(t, 1)
+		p := fakeJob(t, 1)
 		p.MaxRestarts = 8
 		rec := &recorder{}
 		err := Run(t.Context(), p, Runtime{Transport: tr, View: rec, NoRendezvous: true})
@@ -113,7 +113,7 @@ func TestRestartBackoff(t *testing.T) {
 func TestRestartWaitInterrupted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &scriptedTransport{script: alwaysFails}
-		p := fakePlan(t, 1)
+		p := fakeJob(t, 1)
 		p.MaxRestarts = 1000000000
 		ctx, cancel := context.WithCancelCause(t.Context())
 		errc := make(chan error, 1)
@@ -154,7 +154,7 @@ func TestRestartAfterLostAgent(t *testing.T) {
 		t.Run("max-restarts="+string(rune('0'+restarts)), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tr := &scriptedTransport{script: lostFirst}
-				p := fakePlan(t, 1)
+				p := fakeJob(t, 1)
 				p.MaxRestarts = restarts
 				err := Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true})
 				var lost *AgentLostError

@@ -106,7 +106,7 @@ func reverse[T any](s []T) {
 func TestRunBlamesTheRankThatWasKilled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &fakeTransport{}
-		p := fakePlan(t, 2)
+		p := fakeJob(t, 2)
 		rec := &recorder{}
 		errc := make(chan error, 1)
 		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: rec, NoRendezvous: true}) }()

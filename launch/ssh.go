@@ -57,7 +57,7 @@ func (s *SSH) warn(msg string) {
 }
 
 // Start implements Transport.
-func (s *SSH) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (s *SSH) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	t := s.resolveTarget(ctx, h, h.User, hostPort(h))
 	client, err := s.dial(ctx, t)
 	if err != nil {
@@ -72,7 +72,7 @@ func (s *SSH) Start(ctx context.Context, h PlanHost, spec *proto.Spec) (AgentCon
 }
 
 // hostPort is the SSH port written in the hostfile, or 0.
-func hostPort(h PlanHost) int {
+func hostPort(h Host) int {
 	if _, p, err := net.SplitHostPort(h.Addr); err == nil {
 		var n int
 		fmt.Sscan(p, &n)
@@ -121,7 +121,7 @@ func (s *SSH) dialJump(ctx context.Context, t sshTarget) (net.Conn, error) {
 		host = h
 		fmt.Sscan(p, &port)
 	}
-	jt := s.resolveTarget(ctx, PlanHost{Name: host}, user, port)
+	jt := s.resolveTarget(ctx, Host{Name: host}, user, port)
 	jt.ProxyJump = "" // one hop
 	jump, err := s.dial(ctx, jt)
 	if err != nil {

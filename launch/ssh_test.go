@@ -14,16 +14,16 @@ import (
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
-// sshPlan is a job of n ranks running script on the test server, addressed
+// sshJob is a job of n ranks running script on the test server, addressed
 // as name (an alias resolved through ssh_config when configured).
-func sshPlan(t *testing.T, srv *testSSHServer, name string, port, n int, script string) *Plan {
+func sshJob(t *testing.T, srv *testSSHServer, name string, port, n int, script string) *Job {
 	t.Helper()
 	slots := make([]int, n)
 	for i := range slots {
 		slots[i] = i
 	}
 	node := hostfiles.Node{Host: hostfiles.Host{Name: name, Port: port, Slots: n}, SlotIDs: slots}
-	p, err := NewPlan(Options{Nodes: []hostfiles.Node{node}, Command: []string{"sh", "-c", script},
+	p, err := NewJob(JobOptions{Nodes: []hostfiles.Node{node}, Command: []string{"sh", "-c", script},
 		Grace: time.Second, Heartbeat: time.Second, MasterPort: 1, Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func testSSH(srv *testSSHServer, knownHosts string) *SSH {
 
 func TestSSHRunJob(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
-	p := sshPlan(t, srv, "127.0.0.1", srv.port, 2, `echo "rank $RANK of $WORLD_SIZE on $GTRAIN_HOST"`)
+	p := sshJob(t, srv, "127.0.0.1", srv.port, 2, `echo "rank $RANK of $WORLD_SIZE on $GTRAIN_HOST"`)
 	rec := &recorder{}
 	err := Run(t.Context(), p, Runtime{Transport: testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey())), View: rec})
 	if err != nil {
@@ -64,7 +64,7 @@ func TestSSHRunJob(t *testing.T) {
 func TestSSHDisconnectTearsDown(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
-	p := sshPlan(t, srv, "127.0.0.1", srv.port, 2, `echo "pid=$$"; exec sleep 300`)
+	p := sshJob(t, srv, "127.0.0.1", srv.port, 2, `echo "pid=$$"; exec sleep 300`)
 	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestSSHDisconnectTearsDown(t *testing.T) {
 func TestSSHHostKeys(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
 	other, _ := newKey(t)
-	p := sshPlan(t, srv, "127.0.0.1", srv.port, 1, `true`)
+	p := sshJob(t, srv, "127.0.0.1", srv.port, 1, `true`)
 	tests := []struct {
 		name        string
 		knownHosts  string
@@ -143,7 +143,7 @@ func TestSSHHostKeys(t *testing.T) {
 func TestSSHAcceptNew(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
 	kh := filepath.Join(t.TempDir(), "known_hosts")
-	p := sshPlan(t, srv, "127.0.0.1", srv.port, 1, `true`)
+	p := sshJob(t, srv, "127.0.0.1", srv.port, 1, `true`)
 	tr := testSSH(srv, kh)
 	tr.Config.AcceptNew = true
 	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
@@ -180,7 +180,7 @@ func TestSSHUnreachable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := sshPlan(t, srv, "127.0.0.1", tt.port, 1, `true`)
+			p := sshJob(t, srv, "127.0.0.1", tt.port, 1, `true`)
 			start := time.Now()
 			_, err := tt.tr().Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
 			var he *HostError
@@ -210,7 +210,7 @@ func TestSSHCopiesItself(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1", "HOME="+home)
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
 	tr.Config.RemoteGtrain = ""
-	p := sshPlan(t, srv, "127.0.0.1", srv.port, 1, `echo copied`)
+	p := sshJob(t, srv, "127.0.0.1", srv.port, 1, `echo copied`)
 	for i := range 2 {
 		rec := &recorder{}
 		if err := Run(t.Context(), p, Runtime{Transport: tr, View: rec}); err != nil {
@@ -243,14 +243,14 @@ func TestSSHConfigAlias(t *testing.T) {
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
 	tr.Config.ConfigFile = conf
 	tr.Config.Identities = nil
-	tgt := tr.resolveTarget(t.Context(), PlanHost{Name: "trainer-7"}, "", 0)
+	tgt := tr.resolveTarget(t.Context(), Host{Name: "trainer-7"}, "", 0)
 	if tgt.HostName != "127.0.0.1" || tgt.Port != srv.port || tgt.User != "someone" || len(tgt.Identities) != 1 {
 		t.Fatalf("resolved %+v", tgt)
 	}
-	if got := tr.resolveTarget(t.Context(), PlanHost{Name: "trainer-7"}, "alice", 2200); got.User != "alice" || got.Port != 2200 {
+	if got := tr.resolveTarget(t.Context(), Host{Name: "trainer-7"}, "alice", 2200); got.User != "alice" || got.Port != 2200 {
 		t.Errorf("hostfile user/port should win over ssh_config: %+v", got)
 	}
-	p := sshPlan(t, srv, "trainer-7", 0, 1, `echo via alias`)
+	p := sshJob(t, srv, "trainer-7", 0, 1, `echo via alias`)
 	rec := &recorder{}
 	if err := Run(t.Context(), p, Runtime{Transport: tr, View: rec}); err != nil {
 		t.Fatalf("Run via alias: %v", err)

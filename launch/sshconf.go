@@ -38,7 +38,7 @@ func (t sshTarget) Addr() string { return net.JoinHostPort(t.HostName, strconv.I
 // resolveTarget combines a hostfile host with the SSH settings: the hostfile's
 // user and port win over ~/.ssh/config, which wins over --ssh-user and the
 // defaults (port 22, the local user).
-func (s *SSH) resolveTarget(ctx context.Context, h PlanHost, user string, port int) sshTarget {
+func (s *SSH) resolveTarget(ctx context.Context, h Host, user string, port int) sshTarget {
 	cfg := s.sshConfig(ctx)
 	t := sshTarget{Alias: h.Name, HostName: h.Name, Port: port, User: user}
 	if hn := confGet(cfg, h.Name, "HostName"); hn != "" {

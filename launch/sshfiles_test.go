@@ -104,7 +104,7 @@ func TestSSHConfigBounded(t *testing.T) {
 			var warned []string
 			s := &SSH{Config: SSHConfig{ConfigFile: tt.config}, Warn: func(m string) { warned = append(warned, m) }}
 			var tgt sshTarget
-			within(t, "resolveTarget", func() { tgt = s.resolveTarget(t.Context(), PlanHost{Name: "trainer-1"}, "u", 22) })
+			within(t, "resolveTarget", func() { tgt = s.resolveTarget(t.Context(), Host{Name: "trainer-1"}, "u", 22) })
 			if tt.want == "" {
 				if len(warned) != 0 || tgt.HostName != "127.0.0.9" {
 					t.Fatalf("resolved %+v, warnings %q; want the included file's HostName 127.0.0.9", tgt, warned)

@@ -15,7 +15,7 @@ import (
 type Transport interface {
 	// Start starts `gtrain agent` for host and sends it spec. The agent
 	// connection stays open until Close.
-	Start(ctx context.Context, host PlanHost, spec *proto.Spec) (AgentConn, error)
+	Start(ctx context.Context, host Host, spec *proto.Spec) (AgentConn, error)
 }
 
 // AgentConn is the launcher's side of one running agent.
@@ -50,7 +50,7 @@ func NewLocal() (*Local, error) {
 }
 
 // Start implements Transport.
-func (l *Local) Start(ctx context.Context, host PlanHost, spec *proto.Spec) (AgentConn, error) {
+func (l *Local) Start(ctx context.Context, host Host, spec *proto.Spec) (AgentConn, error) {
 	cmd := exec.Command(l.Exe, l.Args...)
 	cmd.SysProcAttr = agentAttr()
 	// No cmd.Dir: the agent starts the ranks in spec.Dir itself, and a Dir

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -144,7 +145,7 @@ output and status, and tears the whole job down when any rank fails.`,
 	root.SetIn(ios.In)
 	root.SetOut(ios.Out)
 	root.SetErr(ios.Err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &launch.UsageError{Err: err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usage.Error{Err: err} })
 	root.PersistentFlags().String("config", "", "config file (default ./gtrain.yaml if present; env GTRAIN_CONFIG)")
 	root.AddCommand(
 		NewCmdRun(ios, sig, nil),

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
-	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -76,25 +76,25 @@ const maxGlobalBatch = 1 << 30
 func autoSpec(spec train.Spec, top planner.Topology) (train.Spec, autoChoice, error) {
 	c, err := spec.ModelConfig()
 	if err != nil {
-		return spec, autoChoice{}, &launch.UsageError{Err: fmt.Errorf("job: model: %w", err)}
+		return spec, autoChoice{}, usage.Errorf("job: model: %w", err)
 	}
 	m := planner.Model{Name: spec.Model.Preset, Arch: planner.ArchGPT, Layers: c.Layers, Hidden: c.Embd, Heads: c.Heads,
 		Vocab: c.Vocab, Seq: spec.SeqLen(c)}.Normalized()
 	world := top.GPUs()
 	global, err := jobGlobalBatch(spec.Batch, spec.Parallel.DP, world)
 	if err != nil {
-		return spec, autoChoice{}, &launch.UsageError{Err: err}
+		return spec, autoChoice{}, &usage.Error{Err: err}
 	}
 	opts := planner.DefaultOptions()
 	opts.Activations = engineActivations
 	pr := planner.Problem{Model: m, Topology: top, GlobalBatch: global, Precision: jobPrecision(spec), Options: opts}
 	res, err := planner.Search(pr, planner.Space{TP: []int{1}, PP: []int{1}, DP: []int{world}, Zero: engineZeroStages})
 	if err != nil {
-		return spec, autoChoice{}, &launch.UsageError{Err: fmt.Errorf("run --auto: %w", err)}
+		return spec, autoChoice{}, usage.Errorf("run --auto: %w", err)
 	}
 	best, ok := res.Best()
 	if !ok {
-		return spec, autoChoice{}, &launch.UsageError{Err: fmt.Errorf(
+		return spec, autoChoice{}, &usage.Error{Err: fmt.Errorf(
 			"run --auto: no layout of the job fits in %s per rank (%d rank(s)); the closest: %s; use more hosts or a smaller model or batch.seq",
 			planner.GiB(pr.Usable()), world, res.Candidates[0].RejectReason)}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
-	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -127,7 +127,7 @@ func TestAutoSpecErrors(t *testing.T) {
 		t.Errorf("dp 2 on 4 ranks: %+v, %v; want the global batch 32", got.Batch, err)
 	}
 	_, _, err = autoSpec(spec, cpuTopology(localNodes(3), 16<<30, 8))
-	var usage *launch.UsageError
+	var usage *usage.Error
 	if !errors.As(err, &usage) || !strings.Contains(err.Error(),
 		"the job's global batch of 32 sequences (batch.micro_batch 16 × batch.grad_accum 1 × parallel.dp 2) does not divide over the 3 ranks") {
 		t.Errorf("dp 2 on 3 ranks: %v", err)

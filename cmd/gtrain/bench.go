@@ -16,7 +16,7 @@ import (
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/commbench"
 	"github.com/gtrain/gtrain/engine/dist"
-	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
 )
@@ -28,7 +28,7 @@ func NewCmdBench(ios *IOStreams, sig *signals) *cobra.Command {
 		Short: "Measure gtrain's building blocks on a cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &launch.UsageError{Err: fmt.Errorf("bench: name a benchmark: %s collectives", cmd.CommandPath())}
+			return usage.Errorf("bench: name a benchmark: %s collectives", cmd.CommandPath())
 		},
 	}
 	cmd.AddCommand(NewCmdBenchCollectives(ios, sig))
@@ -114,7 +114,7 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
 
 // config checks the bench flags and turns them into a commbench.Config.
 func (o *BenchOptions) config() (commbench.Config, error) {
-	usage := func(err error) error { return &launch.UsageError{Err: fmt.Errorf("bench collectives: %w", err)} }
+	usage := func(err error) error { return usage.Errorf("bench collectives: %w", err) }
 	cfg := commbench.Config{Root: o.Root, StepFactor: o.StepFactor, Iters: o.Iters, Warmup: o.Warmup, Check: o.Check}
 	for _, c := range o.Collectives {
 		if c == "all" {

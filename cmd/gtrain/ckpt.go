@@ -17,7 +17,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/internal/atomicfile"
-	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // NewCmdCkpt is `gtrain ckpt`, the parent of ls, verify and export.
@@ -32,7 +32,7 @@ SHA-256. A step directory without a valid manifest, or whose files do not
 match it, is not a checkpoint: it is never loaded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &launch.UsageError{Err: fmt.Errorf("ckpt: name a subcommand: %s ls|verify|export", cmd.CommandPath())}
+			return usage.Errorf("ckpt: name a subcommand: %s ls|verify|export", cmd.CommandPath())
 		},
 	}
 	cmd.AddCommand(NewCmdCkptLs(ios), NewCmdCkptVerify(ios), NewCmdCkptExport(ios))
@@ -72,7 +72,7 @@ gtrain resume would load, is marked "latest".`,
 // ckptLsRun prints the checkpoints of o.Path.
 func ckptLsRun(ctx context.Context, o *CkptLsOptions) error {
 	if o.Output != "text" && o.Output != "json" {
-		return &launch.UsageError{Err: fmt.Errorf("ckpt ls: --output %q: want text or json", o.Output)}
+		return usage.Errorf("ckpt ls: --output %q: want text or json", o.Output)
 	}
 	infos, err := ckptInfos(ctx, "ckpt ls", o.Path)
 	if err != nil {
@@ -130,10 +130,10 @@ func interruptedOr(ctx context.Context, err error) error {
 func resolveCkpt(cmd, path string) (ckpt.Target, error) {
 	t, err := ckpt.Resolve(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return t, &launch.UsageError{Err: fmt.Errorf("%s: %s: no such directory", cmd, path)}
+		return t, usage.Errorf("%s: %s: no such directory", cmd, path)
 	}
 	if errors.Is(err, ckpt.ErrNotDir) {
-		return t, &launch.UsageError{Err: fmt.Errorf("%s: %s: %w", cmd, path, ckpt.ErrNotDir)}
+		return t, usage.Errorf("%s: %s: %w", cmd, path, ckpt.ErrNotDir)
 	}
 	if err != nil {
 		return t, fmt.Errorf("%s: %w", cmd, err)
@@ -338,20 +338,17 @@ round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.`,
 // ckptExportRun finds, verifies and exports the checkpoint. Both read all
 // of it: they stop when ctx ends, leaving no file behind.
 func ckptExportRun(ctx context.Context, o *CkptExportOptions) error {
-	usage := func(format string, a ...any) error {
-		return &launch.UsageError{Err: fmt.Errorf("ckpt export: "+format, a...)}
-	}
 	if o.Out == "" {
-		return usage("-o FILE is required: the safetensors file to write")
+		return usage.Errorf("ckpt export: -o FILE is required: the safetensors file to write")
 	}
 	dtype, err := ckpt.ParseDType(o.DType)
 	if err != nil {
-		return usage("--dtype: %v", err)
+		return usage.Errorf("ckpt export: --dtype: %v", err)
 	}
 	// Before the checkpoint is read and verified, which can take minutes.
 	var nr *atomicfile.NotRegularError
 	if _, err := atomicfile.Resolve(o.Out); errors.As(err, &nr) {
-		return usage("-o %v", err)
+		return usage.Errorf("ckpt export: -o %v", err)
 	}
 	target, err := resolveCkpt("ckpt export", o.Path)
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
-	"github.com/gtrain/gtrain/launch"
 )
 
 // DefaultConfigFile is read from the working directory when it exists and
@@ -74,7 +74,7 @@ func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
 	})
 	if len(errs) > 0 {
 		// Every problem at once, on gtrain's one error line.
-		return &launch.UsageError{Err: errors.New(oneLine(errors.Join(errs...)))}
+		return &usage.Error{Err: errors.New(oneLine(errors.Join(errs...)))}
 	}
 	return nil
 }
@@ -101,15 +101,15 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 	v.SetConfigFile(path) // names the file in errors; ReadConfig reads b
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
-		return &launch.UsageError{Err: fmt.Errorf("config: read %s: %s", path, oneLine(err))}
+		return usage.Errorf("config: read %s: %s", path, oneLine(err))
 	}
 	for _, k := range v.AllKeys() {
 		name := strings.ReplaceAll(k, "_", "-")
 		if notConfigurable[name] {
-			return &launch.UsageError{Err: fmt.Errorf("config: %s: key %q: --%s can only be given on the command line", path, k, name)}
+			return usage.Errorf("config: %s: key %q: --%s can only be given on the command line", path, k, name)
 		}
 		if !anyCommandHasFlag(cmd.Root(), name) {
-			return &launch.UsageError{Err: fmt.Errorf("config: %s: unknown key %q (keys are flag names of gtrain's commands, e.g. nproc-per-node)", path, k)}
+			return usage.Errorf("config: %s: unknown key %q (keys are flag names of gtrain's commands, e.g. nproc-per-node)", path, k)
 		}
 	}
 	return nil

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/data"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
-	"github.com/gtrain/gtrain/launch"
 )
 
 // NewCmdData is `gtrain data`, the parent of the data commands.
@@ -26,7 +26,7 @@ func NewCmdData(ios *IOStreams) *cobra.Command {
 		Short: "Prepare training data for the built-in engine",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &launch.UsageError{Err: fmt.Errorf("data: name a subcommand: %s prepare", cmd.CommandPath())}
+			return usage.Errorf("data: name a subcommand: %s prepare", cmd.CommandPath())
 		},
 	}
 	cmd.AddCommand(NewCmdDataPrepare(ios))
@@ -143,22 +143,19 @@ func dataPrepareRun(ctx context.Context, o *DataPrepareOptions) error {
 
 // check validates the flags and arguments.
 func (o *DataPrepareOptions) check() error {
-	usage := func(format string, a ...any) error {
-		return &launch.UsageError{Err: fmt.Errorf("data prepare: "+format, a...)}
-	}
 	switch {
 	case o.Output != "text" && o.Output != "json":
-		return usage("--output %q: want text or json", o.Output)
+		return usage.Errorf("data prepare: --output %q: want text or json", o.Output)
 	case !(o.ValFraction > 0 && o.ValFraction < 1):
-		return usage("--val-fraction %v: want a fraction between 0 and 1, e.g. 0.1", o.ValFraction)
+		return usage.Errorf("data prepare: --val-fraction %v: want a fraction between 0 and 1, e.g. 0.1", o.ValFraction)
 	case o.Synthetic < 0 || o.Synthetic == 1:
-		return usage("--synthetic %d: want at least 2 tokens (one for train.bin, one for val.bin)", o.Synthetic)
+		return usage.Errorf("data prepare: --synthetic %d: want at least 2 tokens (one for train.bin, one for val.bin)", o.Synthetic)
 	case o.Synthetic > maxSynthetic:
-		return usage("--synthetic %d: at most %d tokens (%s of token files)", o.Synthetic, int64(maxSynthetic), userfile.Size(2*maxSynthetic))
+		return usage.Errorf("data prepare: --synthetic %d: at most %d tokens (%s of token files)", o.Synthetic, int64(maxSynthetic), userfile.Size(2*maxSynthetic))
 	case o.Synthetic > 0 && len(o.Inputs) > 0:
-		return usage("--synthetic writes a generated corpus: give it or files (%s), not both", strings.Join(o.Inputs, ", "))
+		return usage.Errorf("data prepare: --synthetic writes a generated corpus: give it or files (%s), not both", strings.Join(o.Inputs, ", "))
 	case o.Synthetic == 0 && len(o.Inputs) == 0:
-		return usage("no input: give text files or directories of .txt files, or --synthetic N")
+		return usage.Errorf("data prepare: no input: give text files or directories of .txt files, or --synthetic N")
 	}
 	return nil
 }
@@ -177,8 +174,8 @@ const maxDocuments = 1 << 20
 func checkDiskSpace(dir string, need int64) error {
 	free, ok := diskFree(dir)
 	if ok && need > free {
-		return &launch.UsageError{Err: fmt.Errorf("data prepare: the tokens need %s (2 bytes a token) and %s has %s free: ask for fewer, or choose another --out",
-			userfile.Size(need), dir, userfile.Size(free))}
+		return usage.Errorf("data prepare: the tokens need %s (2 bytes a token) and %s has %s free: ask for fewer, or choose another --out",
+			userfile.Size(need), dir, userfile.Size(free))
 	}
 	return nil
 }
@@ -203,7 +200,7 @@ func findDocuments(ctx context.Context, inputs []string, warn io.Writer) ([]docu
 			err = fmt.Errorf("more than %d files to tokenize: prepare them in parts", maxDocuments)
 		}
 		if err != nil {
-			return nil, &launch.UsageError{Err: fmt.Errorf("data prepare: %w", err)}
+			return nil, usage.Errorf("data prepare: %w", err)
 		}
 		for _, d := range found {
 			if d.size == 0 {
@@ -214,7 +211,7 @@ func findDocuments(ctx context.Context, inputs []string, warn io.Writer) ([]docu
 		}
 	}
 	if len(docs) == 0 {
-		return nil, &launch.UsageError{Err: fmt.Errorf("data prepare: no text in %s: give files with text, or --synthetic N", strings.Join(inputs, ", "))}
+		return nil, usage.Errorf("data prepare: no text in %s: give files with text, or --synthetic N", strings.Join(inputs, ", "))
 	}
 	return docs, nil
 }
@@ -385,7 +382,7 @@ func (s *splitWriter) copyFile(ctx context.Context, path string, buf []byte) err
 	// Only regular files were found; one replaced since by a FIFO or a
 	// device would block or never end.
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return &launch.UsageError{Err: fmt.Errorf("data prepare: %s: not a regular file (any more)", path)}
+		return usage.Errorf("data prepare: %s: not a regular file (any more)", path)
 	}
 	for {
 		if ctx.Err() != nil {

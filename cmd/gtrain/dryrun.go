@@ -19,7 +19,7 @@ import (
 // printPlan writes the launch plan of --dry-run, as text or as one JSON
 // object. A plan of many ranks is megabytes long: printPlan stops, returning
 // context.Cause(ctx), when ctx is done.
-func printPlan(ctx context.Context, w io.Writer, p *launch.Plan, output string) error {
+func printPlan(ctx context.Context, w io.Writer, p *launch.Job, output string) error {
 	bw := bufio.NewWriter(w) // a write per line is a million system calls
 	print := printLaunchPlan
 	if output == "json" {
@@ -34,7 +34,7 @@ func printPlan(ctx context.Context, w io.Writer, p *launch.Plan, output string) 
 // printLaunchPlanJSON writes p as json.MarshalIndent would, but a rank at a time:
 // the document of the most ranks is hundreds of megabytes, which an encoder
 // would hold in memory twice over.
-func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Plan) error {
+func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Job) error {
 	head := *p
 	head.Ranks = nil
 	b, err := json.MarshalIndent(&head, "", "  ")
@@ -65,7 +65,7 @@ func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Plan) error
 	return err
 }
 
-func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Plan) error {
+func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Job) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run id:\t%s\n", p.RunID)
 	fmt.Fprintf(tw, "command:\t%s\n", strings.Join(p.Command, " "))
@@ -109,7 +109,7 @@ func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Plan) error {
 
 // rankRanges is each node's first and last rank, by node, in one pass over
 // the ranks (one per node would be quadratic in a job of 65536 hosts).
-func rankRanges(p *launch.Plan) (first, last map[int]int) {
+func rankRanges(p *launch.Job) (first, last map[int]int) {
 	first, last = make(map[int]int, len(p.Hosts)), make(map[int]int, len(p.Hosts))
 	for _, h := range p.Hosts {
 		first[h.Node], last[h.Node] = -1, -1

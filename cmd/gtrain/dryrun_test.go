@@ -12,7 +12,7 @@ import (
 	"github.com/gtrain/gtrain/launch"
 )
 
-func testPlan(t *testing.T, hosts, slots int) *launch.Plan {
+func testPlan(t *testing.T, hosts, slots int) *launch.Job {
 	t.Helper()
 	var nodes []hostfiles.Node
 	for h := range hosts {
@@ -22,7 +22,7 @@ func testPlan(t *testing.T, hosts, slots int) *launch.Plan {
 		}
 		nodes = append(nodes, n)
 	}
-	p, err := launch.NewPlan(launch.Options{Nodes: nodes, FromHostfile: true, Command: []string{"sh", "-c", "echo <&>"},
+	p, err := launch.NewJob(launch.JobOptions{Nodes: nodes, FromHostfile: true, Command: []string{"sh", "-c", "echo <&>"},
 		Env: []string{"A=1"}, Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -83,8 +84,8 @@ func checkFreshCheckpointDir(ctx context.Context, dir string) error {
 	if !ok {
 		return nil // absent, empty or only unfinished writes: start afresh
 	}
-	return &launch.UsageError{Err: fmt.Errorf("run: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
-		dir, filepath.Base(c.Dir), dir)}
+	return usage.Errorf("run: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
+		dir, filepath.Base(c.Dir), dir)
 }
 
 // dirClaim is the launcher's hold on a job's checkpoint directory.
@@ -319,10 +320,10 @@ func resumePoint(ctx context.Context, stderr io.Writer, path string, t ckpt.Targ
 	case ctx.Err() != nil:
 		return nil, context.Cause(ctx)
 	case errors.Is(err, ckpt.ErrNoCheckpoint):
-		return nil, &launch.UsageError{Err: fmt.Errorf("resume: %s: no valid checkpoint to resume from (see `gtrain ckpt ls %s`)", path, path)}
+		return nil, usage.Errorf("resume: %s: no valid checkpoint to resume from (see `gtrain ckpt ls %s`)", path, path)
 	case errors.As(err, &inv):
-		return nil, &launch.UsageError{Err: fmt.Errorf("resume: %s is not a valid checkpoint: %s; resume from %s to take the newest valid one (see `gtrain ckpt ls %s`)",
-			path, inv.Problem(), t.Root, t.Root)}
+		return nil, usage.Errorf("resume: %s is not a valid checkpoint: %s; resume from %s to take the newest valid one (see `gtrain ckpt ls %s`)",
+			path, inv.Problem(), t.Root, t.Root)
 	}
 	return nil, fmt.Errorf("resume: %w", err)
 }

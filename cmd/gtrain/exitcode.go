@@ -6,6 +6,7 @@ import (
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
@@ -29,7 +30,7 @@ func ExitCode(err error) int {
 		rank   *launch.RankFailedError
 		intr   *launch.InterruptedError
 		saved  *launch.ResumableError
-		usage  *launch.UsageError
+		usage  *usage.Error
 		parse  *hostfiles.ParseError
 		locked *ckpt.LockedError  // the checkpoint dir is another job's
 		input  *userfile.Error    // a file the user named cannot be used

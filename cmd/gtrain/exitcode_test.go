@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
@@ -29,7 +30,7 @@ func TestExitCode(t *testing.T) {
 		{"preempted, saved", &launch.ResumableError{Signal: syscall.SIGUSR1}, ExitResumable},
 		{"worker preempted, saved", &silentError{&launch.ResumableError{Signal: syscall.SIGTERM}}, 75},
 		{"preempted, not saved", &launch.InterruptedError{Signal: syscall.SIGUSR1}, 138},
-		{"usage", &launch.UsageError{Err: errors.New("bad")}, ExitUsage},
+		{"usage", &usage.Error{Err: errors.New("bad")}, ExitUsage},
 		{"hostfile", &hostfiles.ParseError{File: "h", Line: 2, Msg: "bad"}, ExitUsage},
 		{"bad input file", fmt.Errorf("hostfiles: %w", &userfile.Error{Path: "h", Err: syscall.EISDIR}), ExitUsage},
 		{"input file too large", &userfile.Error{Path: "h", Err: userfile.ErrTooLarge, Limit: 1 << 20}, ExitUsage},
@@ -84,9 +85,9 @@ func TestCobraUsageErrorsAreTyped(t *testing.T) {
 			root := NewCmdRoot(ios, &signals{abort: make(chan struct{})})
 			root.SetArgs(tt.args)
 			err := root.Execute()
-			var ue *launch.UsageError
+			var ue *usage.Error
 			if !errors.As(err, &ue) || ExitCode(err) != ExitUsage {
-				t.Fatalf("gtrain %s: error %v (%T), exit code %d; want a *launch.UsageError, exit 2", strings.Join(tt.args, " "), err, err, ExitCode(err))
+				t.Fatalf("gtrain %s: error %v (%T), exit code %d; want a *usage.Error, exit 2", strings.Join(tt.args, " "), err, err, ExitCode(err))
 			}
 			if msg := err.Error(); !strings.Contains(msg, tt.msg) || strings.Contains(msg, "\n") {
 				t.Errorf("error %q: want one line containing %q", msg, tt.msg)

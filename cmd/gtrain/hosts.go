@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
@@ -136,15 +137,14 @@ func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
 }
 
 // hosts validates the flags and returns the selected hosts of the hostfile.
-func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.PlanHost, error) {
-	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
+func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.Host, error) {
 	switch {
 	case o.Hostfile == "":
-		return nil, usage("hosts check: --hostfile is required")
+		return nil, usage.Errorf("hosts check: --hostfile is required")
 	case o.Output != "text" && o.Output != "json":
-		return nil, usage("hosts check: --output %q: want text or json", o.Output)
+		return nil, usage.Errorf("hosts check: --output %q: want text or json", o.Output)
 	case o.SSH.ConnectTimeout <= 0:
-		return nil, usage("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
+		return nil, usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
 	parsed, err := readHostfile(ctx, o.Hostfile)
 	if err != nil {
@@ -152,9 +152,9 @@ func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.PlanHost, error
 	}
 	nodes, err := hostfiles.Select(parsed, o.Filter)
 	if err != nil {
-		return nil, &launch.UsageError{Err: err}
+		return nil, &usage.Error{Err: err}
 	}
-	return launch.PlanHosts(nodes), nil
+	return launch.HostsOf(nodes), nil
 }
 
 // readHostfile reads and parses the hostfile path: at most

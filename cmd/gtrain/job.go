@@ -18,8 +18,8 @@ import (
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
-	"github.com/gtrain/gtrain/launch"
 )
 
 // EnvJobSpec carries the resolved job spec (JSON) from the launcher to every
@@ -40,7 +40,7 @@ func loadJob(ctx context.Context, path string, sets []string) (train.Spec, error
 	text, err := userfile.Read(ctx, path, userfile.ConfigLimit)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: no such file", path)}
+			return spec, usage.Errorf("job: %s: no such file", path)
 		}
 		return spec, inputError("job", err)
 	}
@@ -63,13 +63,13 @@ func decodeJob(spec train.Spec, path string, text []byte, sets []string) (train.
 			v.SetConfigType("yaml")
 		}
 		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
-			return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %s", path, oneLine(err))}
+			return spec, usage.Errorf("job: %s: %s", path, oneLine(err))
 		}
 	}
 	for _, kv := range sets {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			return spec, &launch.UsageError{Err: fmt.Errorf("job: --set %q: want key=value, e.g. --set optim.lr=3e-4", kv)}
+			return spec, usage.Errorf("job: --set %q: want key=value, e.g. --set optim.lr=3e-4", kv)
 		}
 		v.Set(strings.TrimSpace(k), val)
 	}
@@ -82,13 +82,13 @@ func decodeJob(spec train.Spec, path string, text []byte, sets []string) (train.
 		if path != "" {
 			where = path
 		}
-		return spec, &launch.UsageError{Err: fmt.Errorf("job: %s: %s", where, oneLine(err))}
+		return spec, usage.Errorf("job: %s: %s", where, oneLine(err))
 	}
 	if err := spec.Validate(); err != nil {
 		if path != "" {
 			err = fmt.Errorf("%s: %w", path, err)
 		}
-		return spec, &launch.UsageError{Err: err}
+		return spec, &usage.Error{Err: err}
 	}
 	return spec, nil
 }
@@ -110,7 +110,7 @@ func engineJob(spec train.Spec, dir string, now time.Time) (train.Spec, string, 
 func engineJobIn(spec train.Spec, dir string, newRun func(root string) (string, error)) (train.Spec, string, error) {
 	spec, err := spec.Resolved()
 	if err != nil {
-		return spec, "", &launch.UsageError{Err: err}
+		return spec, "", &usage.Error{Err: err}
 	}
 	ck := spec.Checkpoint.Dir
 	if ck == "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -13,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
-	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -172,7 +171,7 @@ func search(ctx context.Context, pr planner.Problem, pins planner.Space) (planne
 }
 
 func usageErr(format string, a ...any) error {
-	return &launch.UsageError{Err: fmt.Errorf(format, a...)}
+	return usage.Errorf(format, a...)
 }
 
 // problem checks the flags and builds the planner's input.

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
@@ -157,7 +158,7 @@ func (o *RunOptions) launch(ctx context.Context) error {
 }
 
 // plan resolves hosts, environment and directory into the job's plan.
-func (o *RunOptions) plan(ctx context.Context) (*launch.Plan, error) {
+func (o *RunOptions) plan(ctx context.Context) (*launch.Job, error) {
 	nodes, fromFile, err := o.nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -177,7 +178,7 @@ func (o *RunOptions) plan(ctx context.Context) (*launch.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return launch.NewPlan(launch.Options{
+	return launch.NewJob(launch.JobOptions{
 		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
 		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
@@ -214,36 +215,35 @@ func checkEnvSize(vars int, nodes []hostfiles.Node) error {
 		ranks += len(n.SlotIDs)
 	}
 	if ranks > 0 && vars > maxEnvEntries/ranks {
-		return &launch.UsageError{Err: fmt.Errorf("run: %d variables from --env and --env-file for each of %d ranks: at most %d per rank at this size; set fewer, or put them in a file the ranks read",
-			vars, ranks, maxEnvEntries/ranks)}
+		return usage.Errorf("run: %d variables from --env and --env-file for each of %d ranks: at most %d per rank at this size; set fewer, or put them in a file the ranks read",
+			vars, ranks, maxEnvEntries/ranks)
 	}
 	return nil
 }
 
 // check validates flag values that need no I/O.
 func (o *RunOptions) check() error {
-	usage := func(format string, a ...any) error { return &launch.UsageError{Err: fmt.Errorf(format, a...)} }
 	switch {
 	case len(o.Command) > 0 && o.Auto:
-		return usage("run: --auto lays out the built-in engine, which runs when no command is given; drop it or the command %q", o.Command[0])
+		return usage.Errorf("run: --auto lays out the built-in engine, which runs when no command is given; drop it or the command %q", o.Command[0])
 	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
-		return usage("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
+		return usage.Errorf("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
 	case o.NprocPerNode < 1 || o.NprocPerNode > hostfiles.MaxSlotsPerHost:
-		return usage("run: --nproc-per-node %d: want 1 to %d ranks on this machine", o.NprocPerNode, hostfiles.MaxSlotsPerHost)
+		return usage.Errorf("run: --nproc-per-node %d: want 1 to %d ranks on this machine", o.NprocPerNode, hostfiles.MaxSlotsPerHost)
 	case o.MasterPort < 0 || o.MasterPort > 65535:
-		return usage("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
+		return usage.Errorf("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
 	case o.MaxRestarts < 0:
-		return usage("run: --max-restarts %d: must be 0 or more", o.MaxRestarts)
+		return usage.Errorf("run: --max-restarts %d: must be 0 or more", o.MaxRestarts)
 	case o.Grace < 0:
-		return usage("run: --grace-period %v: must not be negative", o.Grace)
+		return usage.Errorf("run: --grace-period %v: must not be negative", o.Grace)
 	case o.Heartbeat < minHeartbeat:
-		return usage("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
+		return usage.Errorf("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
 	case o.JoinTimeout < 0:
-		return usage("run: --join-timeout %v: must not be negative", o.JoinTimeout)
+		return usage.Errorf("run: --join-timeout %v: must not be negative", o.JoinTimeout)
 	case o.Output != "text" && o.Output != "json":
-		return usage("run: --output %q: want text or json", o.Output)
+		return usage.Errorf("run: --output %q: want text or json", o.Output)
 	case o.Table != "auto" && o.Table != "always" && o.Table != "never":
-		return usage("run: --table %q: want auto, always or never", o.Table)
+		return usage.Errorf("run: --table %q: want auto, always or never", o.Table)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func (o *RunOptions) check() error {
 func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) {
 	if o.Hostfile == "" {
 		if o.Filter != (hostfiles.Filter{}) {
-			return nil, false, &launch.UsageError{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
+			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
 		}
 		slots := make([]int, o.NprocPerNode)
 		for i := range slots {
@@ -262,7 +262,7 @@ func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) 
 		return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: o.NprocPerNode}, SlotIDs: slots}}, false, nil
 	}
 	if o.NprocPerNode != 1 {
-		return nil, false, &launch.UsageError{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
+		return nil, false, &usage.Error{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
 	}
 	hosts, err := readHostfile(ctx, o.Hostfile)
 	if err != nil {
@@ -270,13 +270,13 @@ func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) 
 	}
 	nodes, err := hostfiles.Select(hosts, o.Filter)
 	if err != nil {
-		return nil, false, &launch.UsageError{Err: err}
+		return nil, false, &usage.Error{Err: err}
 	}
 	return nodes, true, nil
 }
 
 // execute runs the plan, showing it in view.
-func execute(ctx context.Context, o *RunOptions, plan *launch.Plan, view status.View) error {
+func execute(ctx context.Context, o *RunOptions, plan *launch.Job, view status.View) error {
 	local, err := launch.NewLocal()
 	if err != nil {
 		return err
@@ -310,7 +310,7 @@ func execute(ctx context.Context, o *RunOptions, plan *launch.Plan, view status.
 }
 
 // view builds the output of a run: JSON events, a live table, or prefixed lines.
-func (o *RunOptions) view(plan *launch.Plan) status.View {
+func (o *RunOptions) view(plan *launch.Job) status.View {
 	multiHost := len(plan.Hosts) > 1
 	if o.Output == "json" {
 		return status.NewJSON(o.IO.Out)
@@ -322,7 +322,7 @@ func (o *RunOptions) view(plan *launch.Plan) status.View {
 	return status.NewLines(o.IO.Out, o.IO.Err, multiHost)
 }
 
-func rankInfos(p *launch.Plan) []status.RankInfo {
+func rankInfos(p *launch.Job) []status.RankInfo {
 	out := make([]status.RankInfo, len(p.Ranks))
 	for i, r := range p.Ranks {
 		out[i] = status.RankInfo{Rank: r.Rank, LocalRank: r.LocalRank, Node: r.Node, Host: r.Host}

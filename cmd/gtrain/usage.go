@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/spf13/cobra"
-
-	"github.com/gtrain/gtrain/launch"
 )
 
 // typeUsageErrors makes every argument error of the command tree under root
-// a *launch.UsageError at its source, so that ExitCode needs no matching of
+// a *usage.Error at its source, so that ExitCode needs no matching of
 // cobra's message texts: each command's Args validator is wrapped, and root
 // itself validates its arguments (an unknown command). Flag errors are typed
 // by root's FlagErrorFunc. Call it once the tree is complete.
@@ -34,7 +33,7 @@ func wrapArgs(c *cobra.Command) {
 	if validate := c.Args; validate != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := validate(cmd, args); err != nil {
-				return &launch.UsageError{Err: argsError(cmd, args, err)}
+				return &usage.Error{Err: argsError(cmd, args, err)}
 			}
 			return nil
 		}

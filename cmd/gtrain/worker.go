@@ -17,6 +17,7 @@ import (
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/dist"
 	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -180,7 +181,7 @@ func faultStep(getenv func(string) string, restart bool) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, &launch.UsageError{Err: fmt.Errorf("worker: %s=%q: want a step number ≥ 1", envFailAfter, v)}
+		return 0, usage.Errorf("worker: %s=%q: want a step number ≥ 1", envFailAfter, v)
 	}
 	return n, nil
 }
@@ -220,7 +221,7 @@ func peerFailed(err error) bool {
 func (o *WorkerOptions) spec(ctx context.Context) (train.Spec, error) {
 	if js := o.IO.Getenv(EnvJobSpec); js != "" {
 		if o.Job != "" || len(o.Sets) > 0 {
-			return train.Spec{}, &launch.UsageError{Err: fmt.Errorf("worker: %s is set by the launcher; --job and --set cannot change it", EnvJobSpec)}
+			return train.Spec{}, usage.Errorf("worker: %s is set by the launcher; --job and --set cannot change it", EnvJobSpec)
 		}
 		var spec train.Spec
 		if err := json.Unmarshal([]byte(js), &spec); err != nil {

@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // DefaultRole is the role name every rank gets (torchrun's default).
 const DefaultRole = "default"
 
-// Options describe a job before it is resolved into a Plan.
-type Options struct {
+// JobOptions describe a job before NewJob resolves it.
+type JobOptions struct {
 	Nodes        []hostfiles.Node // where to run, in node-rank order
 	FromHostfile bool             // Nodes came from a hostfile: slots are device ids (CUDA_VISIBLE_DEVICES)
 	Command      []string
@@ -35,9 +36,9 @@ type Options struct {
 	Getenv       func(string) string
 }
 
-// Plan is a job resolved down to every rank and its environment. It is what
+// Job is a job resolved down to every rank and its environment. It is what
 // `gtrain run --dry-run` prints and what Run executes.
-type Plan struct {
+type Job struct {
 	RunID       string        `json:"run_id"`
 	Command     []string      `json:"command"`
 	MasterAddr  string        `json:"master_addr"` // "" = determined at launch
@@ -48,12 +49,12 @@ type Plan struct {
 	Heartbeat   time.Duration `json:"-"`
 	Dir         string        `json:"dir,omitempty"`
 	Forward     []string      `json:"forward,omitempty"`
-	Hosts       []PlanHost    `json:"hosts"`
-	Ranks       []PlanRank    `json:"ranks"`
+	Hosts       []Host        `json:"hosts"`
+	Ranks       []Rank        `json:"ranks"`
 }
 
-// PlanHost is one node of the job.
-type PlanHost struct {
+// Host is one node of the job.
+type Host struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr"`
 	User  string `json:"user,omitempty"`
@@ -62,9 +63,9 @@ type PlanHost struct {
 	Local bool   `json:"local"` // this machine: started without SSH
 }
 
-// PlanRank is one rank and the environment gtrain gives it (on top of the
+// Rank is one rank and the environment gtrain gives it (on top of the
 // environment the agent itself runs in).
-type PlanRank struct {
+type Rank struct {
 	Rank      int               `json:"rank"`
 	Host      string            `json:"host"`
 	Node      int               `json:"node"`
@@ -84,10 +85,10 @@ var contractVars = []string{
 	rendezvous.EnvStoreAddr, rendezvous.EnvStoreSecretFile,
 }
 
-// NewPlan resolves o into a Plan: it numbers ranks (hosts in order, slots in
+// NewJob resolves o into a Job: it numbers ranks (hosts in order, slots in
 // order; node rank = host index), picks the master address and port and a run
 // id when not given, and computes each rank's environment for attempt 0.
-func NewPlan(o Options) (*Plan, error) {
+func NewJob(o JobOptions) (*Job, error) {
 	if len(o.Command) == 0 {
 		return nil, errors.New("launch: no command to run")
 	}
@@ -100,7 +101,7 @@ func NewPlan(o Options) (*Plan, error) {
 	if err := checkUserEnv(o.Env); err != nil {
 		return nil, err
 	}
-	p := &Plan{
+	p := &Job{
 		RunID: o.RunID, Command: o.Command, MasterAddr: o.MasterAddr, MasterPort: o.MasterPort,
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir, Forward: o.Forward,
 	}
@@ -108,12 +109,12 @@ func NewPlan(o Options) (*Plan, error) {
 		p.RunID = newRunID()
 	}
 	for i, n := range o.Nodes {
-		p.Hosts = append(p.Hosts, PlanHost{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i,
+		p.Hosts = append(p.Hosts, Host{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i,
 			Slots: n.SlotIDs, Local: IsLocalHost(n.Name)})
 		p.WorldSize += len(n.SlotIDs)
 	}
 	// On this machine alone, the master is known now. With remote hosts it is
-	// determined at launch (see Plan.master): the address the other nodes
+	// determined at launch (see Job.master): the address the other nodes
 	// reach node 0 at, and a port node 0 itself found free.
 	if p.allLocal() {
 		if p.MasterAddr == "" {
@@ -132,11 +133,11 @@ func NewPlan(o Options) (*Plan, error) {
 }
 
 // rankTable numbers the ranks and builds their environments.
-func (p *Plan) rankTable(o Options) []PlanRank {
-	var ranks []PlanRank
+func (p *Job) rankTable(o JobOptions) []Rank {
+	var ranks []Rank
 	for _, h := range p.Hosts {
 		for local, slot := range h.Slots {
-			r := PlanRank{Rank: len(ranks), Host: h.Name, Node: h.Node, LocalRank: local, Slot: slot}
+			r := Rank{Rank: len(ranks), Host: h.Name, Node: h.Node, LocalRank: local, Slot: slot}
 			r.Env = p.rankEnv(r, h, o)
 			ranks = append(ranks, r)
 		}
@@ -146,7 +147,7 @@ func (p *Plan) rankTable(o Options) []PlanRank {
 
 // rankEnv is the torchrun environment contract for one rank (attempt 0),
 // plus gtrain's own variables and the user's --env.
-func (p *Plan) rankEnv(r PlanRank, h PlanHost, o Options) map[string]string {
+func (p *Job) rankEnv(r Rank, h Host, o JobOptions) map[string]string {
 	itoa := strconv.Itoa
 	env := map[string]string{}
 	for _, kv := range o.Env {
@@ -194,7 +195,7 @@ func (p *Plan) rankEnv(r PlanRank, h PlanHost, o Options) map[string]string {
 
 // RankEnv returns rank r's environment for the given attempt as sorted
 // KEY=VALUE entries.
-func (p *Plan) RankEnv(r PlanRank, attempt int) []string {
+func (p *Job) RankEnv(r Rank, attempt int) []string {
 	out := make([]string, 0, len(r.Env))
 	for k, v := range r.Env {
 		switch k {
@@ -212,11 +213,11 @@ func checkUserEnv(env []string) error {
 	for _, kv := range env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t\n") {
-			return &UsageError{Err: fmt.Errorf("launch: --env %q: want KEY=VALUE", kv)}
+			return usage.Errorf("launch: --env %q: want KEY=VALUE", kv)
 		}
 		for _, c := range contractVars {
 			if k == c {
-				return &UsageError{Err: fmt.Errorf("launch: --env %s: gtrain sets %s for every rank; it cannot be overridden", k, k)}
+				return usage.Errorf("launch: --env %s: gtrain sets %s for every rank; it cannot be overridden", k, k)
 			}
 		}
 	}
@@ -224,7 +225,7 @@ func checkUserEnv(env []string) error {
 }
 
 // allLocal reports whether every host of the job is this machine.
-func (p *Plan) allLocal() bool {
+func (p *Job) allLocal() bool {
 	for _, h := range p.Hosts {
 		if !h.Local {
 			return false
@@ -259,7 +260,7 @@ func FreePort() (int, error) {
 }
 
 // NewRunID returns a fresh run id, the one Options.RunID "" stands for:
-// for a caller that must name the job before its plan is made.
+// for a caller that must name the job before its Job is made.
 func NewRunID() string { return newRunID() }
 
 // newRunID returns a random UUID (version 4), the form torchrun's

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 func twoNodes() []hostfiles.Node {
@@ -19,10 +20,10 @@ func twoNodes() []hostfiles.Node {
 
 func noEnv(string) string { return "" }
 
-// TestPlanRankEnv checks the torchrun contract rank by rank on a two-node,
+// TestJobRankEnv checks the torchrun contract rank by rank on a two-node,
 // uneven job: global ranks follow hosts in order, then slots in order.
-func TestPlanRankEnv(t *testing.T) {
-	p, err := NewPlan(Options{Nodes: twoNodes(), FromHostfile: true, Command: []string{"x"},
+func TestJobRankEnv(t *testing.T) {
+	p, err := NewJob(JobOptions{Nodes: twoNodes(), FromHostfile: true, Command: []string{"x"},
 		MasterPort: 4321, RunID: "job-1", MaxRestarts: 3, Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestPlanRankEnv(t *testing.T) {
 		"GTRAIN_RUN_ID": "job-1", "NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
 	}
 	if _, ok := p.Ranks[0].Env["MASTER_ADDR"]; ok || p.MasterAddr != "" {
-		t.Errorf("MASTER_ADDR = %q in the plan of a remote job; it is determined at launch", p.Ranks[0].Env["MASTER_ADDR"])
+		t.Errorf("MASTER_ADDR = %q in the Job of a remote job; it is determined at launch", p.Ranks[0].Env["MASTER_ADDR"])
 	}
 	if len(p.Ranks) != 5 || p.WorldSize != 5 {
 		t.Fatalf("ranks = %d, world = %d, want 5", len(p.Ranks), p.WorldSize)
@@ -62,7 +63,7 @@ func TestPlanRankEnv(t *testing.T) {
 	}
 }
 
-func TestPlanLocal(t *testing.T) {
+func TestJobLocal(t *testing.T) {
 	nodes := []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: 1}, SlotIDs: []int{0}}}
 	tests := []struct {
 		name   string
@@ -79,7 +80,7 @@ func TestPlanLocal(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewPlan(Options{Nodes: nodes, Command: []string{"x"}, Getenv: tt.getenv})
+			p, err := NewJob(JobOptions{Nodes: nodes, Command: []string{"x"}, Getenv: tt.getenv})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +101,7 @@ func TestPlanLocal(t *testing.T) {
 	}
 }
 
-func TestPlanUserEnv(t *testing.T) {
+func TestJobUserEnv(t *testing.T) {
 	tests := []struct {
 		env     []string
 		wantErr string
@@ -112,7 +113,7 @@ func TestPlanUserEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.env, ","), func(t *testing.T) {
-			p, err := NewPlan(Options{Nodes: localNodes(2), Command: []string{"x"}, Env: tt.env, Getenv: noEnv})
+			p, err := NewJob(JobOptions{Nodes: localNodes(2), Command: []string{"x"}, Env: tt.env, Getenv: noEnv})
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -122,7 +123,7 @@ func TestPlanUserEnv(t *testing.T) {
 				}
 				return
 			}
-			var ue *UsageError
+			var ue *usage.Error
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("err = %v, want usage error containing %q", err, tt.wantErr)
 			}
@@ -130,8 +131,8 @@ func TestPlanUserEnv(t *testing.T) {
 	}
 }
 
-func TestPlanSpecAttempt(t *testing.T) {
-	p, err := NewPlan(Options{Nodes: twoNodes(), Command: []string{"x"}, RunID: "r", Getenv: noEnv})
+func TestJobSpecAttempt(t *testing.T) {
+	p, err := NewJob(JobOptions{Nodes: twoNodes(), Command: []string{"x"}, RunID: "r", Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
