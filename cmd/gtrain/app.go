@@ -145,19 +145,29 @@ output and status, and tears the whole job down when any rank fails.`,
 	root.SetIn(ios.In)
 	root.SetOut(ios.Out)
 	root.SetErr(ios.Err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usage.Error{Err: err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usage.Error{Err: fmt.Errorf("%s: %w", commandName(cmd), err)}
+	})
 	root.PersistentFlags().String("config", "", "config file (default ./gtrain.yaml if present; env GTRAIN_CONFIG)")
+	// One precedence for every command's flags, applied before any runs:
+	// command line > GTRAIN_<FLAG> > config file > default (config.go).
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd.Annotations[noConfig] != "" {
+			return nil
+		}
+		return applyConfig(cmd, ios.Getenv)
+	}
 	root.AddCommand(
 		NewCmdRun(ios, sig, nil),
-		NewCmdAgent(ios),
+		skipConfig(NewCmdAgent(ios)),
 		NewCmdHosts(ios, nil),
 		NewCmdBench(ios, sig),
 		NewCmdCkpt(ios),
 		NewCmdData(ios),
 		NewCmdPlan(ios),
 		NewCmdResume(ios, sig),
-		NewCmdWorker(ios, sig),
-		NewCmdVersion(ios),
+		skipConfig(NewCmdWorker(ios, sig)),
+		skipConfig(NewCmdVersion(ios)),
 	)
 	typeUsageErrors(root)
 	return root

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,16 +22,7 @@ import (
 
 // NewCmdBench is `gtrain bench`, the parent of the benchmarks.
 func NewCmdBench(ios *IOStreams, sig *signals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure gtrain's building blocks on a cluster",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usage.Errorf("bench: name a benchmark: %s collectives", cmd.CommandPath())
-		},
-	}
-	cmd.AddCommand(NewCmdBenchCollectives(ios, sig))
-	return cmd
+	return newGroup("bench", "Measure gtrain's building blocks on a cluster", "", NewCmdBenchCollectives(ios, sig))
 }
 
 // BenchOptions are the inputs of `gtrain bench collectives`.
@@ -75,9 +65,6 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
   gtrain run --nproc-per-node 4 -- gtrain bench collectives --collectives all`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			cfg, err := o.config()
 			if err != nil {
 				return err
@@ -108,7 +95,7 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
 	f.BoolVar(&o.Check, "check", true, "check every result against a reference reduction (#wrong column)")
 	f.StringVar(&o.Algorithm, "algorithm", "auto", "force an algorithm: auto, ring, rd (recursive doubling), tree, or direct (all ranks on one host)")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "fail, naming the peer, when one operation takes longer")
-	f.StringVarP(&o.Output, "output", "o", "text", "text (a table per collective) or json (one document, from rank 0)")
+	addOutputFlag(f, &o.Output, "one document, from rank 0")
 	return cmd
 }
 
@@ -153,8 +140,6 @@ func (o *BenchOptions) config() (commbench.Config, error) {
 		return cfg, usage(fmt.Errorf("--root %d: must not be negative", o.Root))
 	case o.Timeout <= 0:
 		return cfg, usage(fmt.Errorf("--timeout %v: must be positive", o.Timeout))
-	case o.Output != "text" && o.Output != "json":
-		return cfg, usage(fmt.Errorf("--output %q: want text or json", o.Output))
 	}
 	if !slices.Contains([]string{"auto", "ring", "rd", "tree", "direct"}, o.Algorithm) {
 		return cfg, usage(fmt.Errorf("--algorithm %q: want auto, ring, rd, tree or direct", o.Algorithm))
@@ -275,9 +260,7 @@ func benchWorker(ctx context.Context, o *BenchOptions, cfg commbench.Config) err
 		return nil
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(out, rep)
 	}
 	return tab.Err()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,21 +21,12 @@ import (
 
 // NewCmdCkpt is `gtrain ckpt`, the parent of ls, verify and export.
 func NewCmdCkpt(ios *IOStreams) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "ckpt",
-		Short: "List, verify and export the built-in engine's checkpoints",
-		Long: `Checkpoints of the built-in engine live in one directory per step under the
+	return newGroup("ckpt", "List, verify and export the built-in engine's checkpoints", `Checkpoints of the built-in engine live in one directory per step under the
 job's checkpoint directory (the root): step-00000100/ holds one safetensors
 file per rank and manifest.json, written last, with every file's size and
 SHA-256. A step directory without a valid manifest, or whose files do not
 match it, is not a checkpoint: it is never loaded.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usage.Errorf("ckpt: name a subcommand: %s ls|verify|export", cmd.CommandPath())
-		},
-	}
-	cmd.AddCommand(NewCmdCkptLs(ios), NewCmdCkptVerify(ios), NewCmdCkptExport(ios))
-	return cmd
+		NewCmdCkptLs(ios), NewCmdCkptVerify(ios), NewCmdCkptExport(ios))
 }
 
 // CkptLsOptions are the inputs of `gtrain ckpt ls`.
@@ -65,15 +55,12 @@ gtrain resume would load, is marked "latest".`,
 			return ckptLsRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text (a table), or json")
+	addOutputFlag(cmd.Flags(), &o.Output, "one document listing the steps")
 	return cmd
 }
 
 // ckptLsRun prints the checkpoints of o.Path.
 func ckptLsRun(ctx context.Context, o *CkptLsOptions) error {
-	if o.Output != "text" && o.Output != "json" {
-		return usage.Errorf("ckpt ls: --output %q: want text or json", o.Output)
-	}
 	infos, err := ckptInfos(ctx, "ckpt ls", o.Path)
 	if err != nil {
 		return err
@@ -158,9 +145,7 @@ func printCkptJSON(w io.Writer, path string, infos []ckpt.Info, latest int) erro
 	if latest >= 0 {
 		doc.Latest = &infos[latest].Dir
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return writeJSON(w, doc)
 }
 
 // printCkptTable writes one row per step directory and a summary. A status

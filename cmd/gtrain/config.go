@@ -164,6 +164,8 @@ func typeName(t string) string {
 		return "a duration like 30s or 2m"
 	case "bool":
 		return "true or false"
+	case "format":
+		return "text or json"
 	}
 	return "a " + t
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,16 +20,7 @@ import (
 
 // NewCmdData is `gtrain data`, the parent of the data commands.
 func NewCmdData(ios *IOStreams) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "data",
-		Short: "Prepare training data for the built-in engine",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usage.Errorf("data: name a subcommand: %s prepare", cmd.CommandPath())
-		},
-	}
-	cmd.AddCommand(NewCmdDataPrepare(ios))
-	return cmd
+	return newGroup("data", "Prepare training data for the built-in engine", "", NewCmdDataPrepare(ios))
 }
 
 // DataPrepareOptions are the inputs of `gtrain data prepare`.
@@ -69,9 +59,6 @@ empty, 1 when the output cannot be written.`,
   gtrain data prepare --out data/books --val-fraction 0.05 books/
   gtrain data prepare --synthetic 1000000 --out data/synthetic -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			o.Inputs = args
 			return dataPrepareRun(cmd.Context(), o)
 		},
@@ -82,7 +69,7 @@ empty, 1 when the output cannot be written.`,
 	f.Float64Var(&o.ValFraction, "val-fraction", 0.1, "fraction of the documents (of the tokens, for one document) that go to val.bin")
 	f.IntVar(&o.Synthetic, "synthetic", 0, "write this many tokens of the built-in synthetic corpus instead of reading files")
 	f.Uint64Var(&o.Seed, "seed", 1337, "seed of the --synthetic corpus")
-	f.StringVarP(&o.Output, "output", "o", "text", "text (a line per file written), or json")
+	addOutputFlag(f, &o.Output, "one document naming the files written")
 	return cmd
 }
 
@@ -144,8 +131,6 @@ func dataPrepareRun(ctx context.Context, o *DataPrepareOptions) error {
 // check validates the flags and arguments.
 func (o *DataPrepareOptions) check() error {
 	switch {
-	case o.Output != "text" && o.Output != "json":
-		return usage.Errorf("data prepare: --output %q: want text or json", o.Output)
 	case !(o.ValFraction > 0 && o.ValFraction < 1):
 		return usage.Errorf("data prepare: --val-fraction %v: want a fraction between 0 and 1, e.g. 0.1", o.ValFraction)
 	case o.Synthetic < 0 || o.Synthetic == 1:
@@ -404,9 +389,7 @@ func (s *splitWriter) copyFile(ctx context.Context, path string, buf []byte) err
 // printPrepared writes the report: a line per file, or one JSON document.
 func printPrepared(w io.Writer, output string, rep *prepareReport) error {
 	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	var b strings.Builder
 	for _, f := range rep.Files {

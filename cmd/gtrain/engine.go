@@ -230,15 +230,12 @@ e.g. the ZeRO stage or the steps.`,
   gtrain resume --nproc-per-node 2 --set parallel.zero_stage=1 runs/20261122-193012`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			return resumeRun(cmd.Context(), opts, args[0], cmd.Flags().Changed("nproc-per-node"))
 		},
 	}
 	f := cmd.Flags()
 	addLaunchFlags(f, opts)
-	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events as JSON on stdout")
+	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the plan, start nothing")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the checkpoint's job, e.g. --set steps=2000 (repeatable)")

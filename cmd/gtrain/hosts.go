@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,14 +33,7 @@ type HostsCheckOptions struct {
 
 // NewCmdHosts is `gtrain hosts`, whose one subcommand is `check`.
 func NewCmdHosts(ios *IOStreams, checkF func(context.Context, *HostsCheckOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "hosts",
-		Short: "Check the hosts of a hostfile before running on them",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	cmd.AddCommand(NewCmdHostsCheck(ios, checkF))
-	return cmd
+	return newGroup("hosts", "Check the hosts of a hostfile before running on them", "", NewCmdHostsCheck(ios, checkF))
 }
 
 // NewCmdHostsCheck wires the flags of `gtrain hosts check` into
@@ -68,9 +60,6 @@ gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
   gtrain hosts check --hostfile hosts.txt --exclude worker-3 --ssh-timeout 3s -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			return checkF(cmd.Context(), opts)
 		},
 	}
@@ -82,7 +71,7 @@ gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
 	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "check only the first N hosts of the hostfile")
 	f.IntVar(&opts.Filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
 	addSSHFlags(f, &opts.SSH)
-	f.StringVarP(&opts.Output, "output", "o", "text", "text (a table), or json")
+	addOutputFlag(f, &opts.Output, "one document with every host's checks")
 	return cmd
 }
 
@@ -141,8 +130,6 @@ func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.Host, error) {
 	switch {
 	case o.Hostfile == "":
 		return nil, usage.Errorf("hosts check: --hostfile is required")
-	case o.Output != "text" && o.Output != "json":
-		return nil, usage.Errorf("hosts check: --output %q: want text or json", o.Output)
 	case o.SSH.ConnectTimeout <= 0:
 		return nil, usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
@@ -195,9 +182,7 @@ func printHostsJSON(w io.Writer, reports []launch.HostReport) error {
 	if reports == nil {
 		reports = []launch.HostReport{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
+	return writeJSON(w, struct {
 		Hosts []launch.HostReport `json:"hosts"`
 	}{reports})
 }

@@ -75,9 +75,6 @@ Exits 1 when no layout fits, after showing the closest misses and why.`,
   gtrain plan --layers 48 --hidden 6144 --heads 48 --vocab 51200 --seq 2048 --topology cluster.json -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			o.changed = cmd.Flags().Changed
 			return planRun(cmd.Context(), o)
 		},
@@ -119,7 +116,7 @@ func addPlanFlags(f *pflag.FlagSet, o *PlanOptions) {
 	f.IntVar(&o.Top, "top", 10, "show the K fastest layouts")
 	f.BoolVar(&o.All, "all", false, "list every evaluated layout, the rejected ones with their reason")
 	f.BoolVar(&o.Explain, "explain", false, "explain the chosen layout: memory breakdown, communication per link, rank grid")
-	f.StringVarP(&o.Output, "output", "o", "text", "text, or json")
+	addOutputFlag(f, &o.Output, "one document with every layout")
 }
 
 // planRun resolves the inputs, searches, and prints.
@@ -223,8 +220,6 @@ func (o *PlanOptions) check() error {
 		}
 	}
 	switch {
-	case o.Output != "text" && o.Output != "json":
-		return usageErr("plan: --output %q: want text or json", o.Output)
 	case o.Top < 1:
 		return usageErr("plan: --top %d: must be at least 1 (--all lists everything)", o.Top)
 	case !(o.Efficiency > 0 && o.Efficiency <= 1):

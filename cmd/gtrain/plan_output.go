@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -63,9 +62,7 @@ func printPlanJSON(o *PlanOptions, pr planner.Problem, res planner.Result) error
 			}
 		}
 	}
-	enc := json.NewEncoder(o.IO.Out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return writeJSON(o.IO.Out, doc)
 }
 
 // printPlanText writes the header, the table and, with --explain, the

@@ -65,7 +65,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"--model", "gpt2", "--gpus", "8", "--usable-memory", "0"}, "--usable-memory 0"},
 		{[]string{"--model", "gpt2", "--gpus", "8", "--precision", "fp8"}, `--precision: precision "fp8"`},
 		{[]string{"--model", "gpt2", "--gpus", "8", "--gpu", "V100-32GB"}, "has no bfloat16: use fp16"},
-		{[]string{"--model", "gpt2", "--gpus", "8", "--output", "yaml"}, `--output "yaml"`},
+		{[]string{"--model", "gpt2", "--gpus", "8", "--output", "yaml"}, `invalid argument "yaml" for "-o, --output" flag: want text or json`},
 		{[]string{"--model", "gpt2", "--gpus", "8", "--topology", "x.json"}, "each describe the cluster"},
 		{[]string{"--model", "gpt2", "--topology", "x.json", "--gpu", "H100"}, "--gpu and --topology both"},
 		{[]string{"--model", "gpt2", "--topology", filepath.Join(dir, "none.json")}, "none.json: no such file or directory"},

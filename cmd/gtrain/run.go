@@ -75,9 +75,6 @@ Flags come before the command; everything from the command on is passed to it.`,
   gtrain run --hostfile hosts.txt --exclude worker-1:0 -- python3 train.py
   gtrain run --dry-run --output json --nproc-per-node 2 -- ./a.out`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd, ios.Getenv); err != nil {
-				return err
-			}
 			opts.Command = args
 			return runF(cmd.Context(), opts)
 		},
@@ -91,7 +88,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVar(&opts.Job, "job", "", "YAML job file for the built-in engine (no command; default: the built-in default job)")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the job, e.g. --set optim.lr=3e-4 (repeatable)")
 	addRestartFlag(f, opts)
-	f.StringVarP(&opts.Output, "output", "o", "text", "text, or json: events (or the --dry-run plan) as JSON on stdout")
+	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
 	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
@@ -240,8 +237,6 @@ func (o *RunOptions) check() error {
 		return usage.Errorf("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
 	case o.JoinTimeout < 0:
 		return usage.Errorf("run: --join-timeout %v: must not be negative", o.JoinTimeout)
-	case o.Output != "text" && o.Output != "json":
-		return usage.Errorf("run: --output %q: want text or json", o.Output)
 	case o.Table != "auto" && o.Table != "always" && o.Table != "never":
 		return usage.Errorf("run: --table %q: want auto, always or never", o.Table)
 	}

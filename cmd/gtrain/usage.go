@@ -18,6 +18,11 @@ func typeUsageErrors(root *cobra.Command) {
 	// wrapped too (it does not add them twice).
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			skipConfigTree(c)
+		}
+	}
 	root.SuggestionsMinimumDistance = 2 // cobra's default, which SuggestionsFor does not apply
 	if root.Args == nil && root.Run == nil && root.RunE == nil {
 		// cobra checks a root without Args for unknown commands in Find,
@@ -89,4 +94,56 @@ func positionals(use string) []string {
 		}
 	}
 	return out
+}
+
+// noConfig is the annotation of a command whose flags are not taken from
+// GTRAIN_* or the config file: gtrain's internal commands (their flags come
+// from the launcher), version, help and completion.
+const noConfig = "gtrain/no-config"
+
+// skipConfig marks cmd as taking no config (see noConfig).
+func skipConfig(cmd *cobra.Command) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[noConfig] = "true"
+	return cmd
+}
+
+// newGroup is a command that only holds subcommands (`gtrain ckpt`):
+// called alone it is a usage error naming them, as an unknown subcommand is.
+func newGroup(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			names := make([]string, 0, len(subs))
+			for _, s := range subs {
+				names = append(names, s.Name())
+			}
+			return usage.Errorf("%s: name a subcommand: %s %s (see %s --help)",
+				commandName(cmd), cmd.CommandPath(), strings.Join(names, "|"), cmd.CommandPath())
+		},
+	}
+	skipConfig(cmd)
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// commandName is cmd's path without the root's name: "ckpt ls".
+func commandName(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return cmd.Name()
+	}
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// skipConfigTree marks c and every command under it with skipConfig.
+func skipConfigTree(c *cobra.Command) {
+	skipConfig(c)
+	for _, sub := range c.Commands() {
+		skipConfigTree(sub)
+	}
 }
