@@ -219,7 +219,7 @@ func TestDDPRankFailureReport(t *testing.T) {
 // TestHostfileExample keeps hostfile.example in step with the parser. It
 // needs no torch.
 func TestHostfileExample(t *testing.T) {
-	hosts, err := hostfiles.ParseFile("hostfile.example")
+	hosts, err := hostfiles.ReadFile(t.Context(), "hostfile.example")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func Format(h Host) string {
 // ParseError reports a problem in a hostfile. Line is 0 when the problem is
 // with the whole file, such as a file with no hosts.
 type ParseError struct {
-	File string // the name given to Parse, or the path given to ParseFile
+	File string // the name given to Parse, or the path given to ReadFile
 	Line int    // 1-based line number, 0 for the whole file
 	Msg  string // what is wrong and what to do, e.g. "missing slots: add slots=N"
 }

@@ -170,16 +170,16 @@ func TestParseReadError(t *testing.T) {
 	}
 }
 
-func TestParseFile(t *testing.T) {
+func TestReadFile(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("ok", func(t *testing.T) {
 		path := filepath.Join(dir, "hosts")
 		if err := os.WriteFile(path, []byte("worker-0 slots=2\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, err := ParseFile(path)
+		got, err := ReadFile(t.Context(), path)
 		if err != nil || len(got) != 1 || got[0].Name != "worker-0" {
-			t.Errorf("ParseFile = %+v, %v", got, err)
+			t.Errorf("ReadFile = %+v, %v", got, err)
 		}
 	})
 	t.Run("error names path", func(t *testing.T) {
@@ -187,18 +187,18 @@ func TestParseFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte("\nworker-0\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := ParseFile(path)
+		_, err := ReadFile(t.Context(), path)
 		var pe *ParseError
 		if !errors.As(err, &pe) || pe.File != path || pe.Line != 2 {
-			t.Errorf("ParseFile(%q) = %v, want *ParseError at %s:2", path, err, path)
+			t.Errorf("ReadFile(%q) = %v, want *ParseError at %s:2", path, err, path)
 		}
 	})
 	t.Run("missing", func(t *testing.T) {
 		path := filepath.Join(dir, "missing")
-		_, err := ParseFile(path)
+		_, err := ReadFile(t.Context(), path)
 		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) ||
 			!strings.HasPrefix(err.Error(), "hostfiles: ") {
-			t.Errorf("ParseFile(%q) = %v, want a hostfiles error naming the path wrapping fs.ErrNotExist", path, err)
+			t.Errorf("ReadFile(%q) = %v, want a hostfiles error naming the path wrapping fs.ErrNotExist", path, err)
 		}
 	})
 }

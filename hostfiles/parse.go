@@ -1,24 +1,29 @@
 package hostfiles
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gtrain/gtrain/internal/userfile"
 )
 
-// ParseFile opens and parses the hostfile at path. A missing file is an error
-// that names the path and wraps [io/fs.ErrNotExist].
-func ParseFile(path string) ([]Host, error) {
-	f, err := os.Open(path)
+// ReadFile reads and parses the hostfile at path. The read is bounded
+// ([MaxFileSize]), refuses directories and special files and returns as soon
+// as ctx ends, even while the file blocks (a FIFO); a file that cannot be
+// used is a [*userfile.Error] naming it, its contents' problems
+// [*ParseError]s.
+func ReadFile(ctx context.Context, path string) ([]Host, error) {
+	b, err := userfile.Read(ctx, path, MaxFileSize)
 	if err != nil {
-		return nil, fmt.Errorf("hostfiles: %w", err) // *fs.PathError names the path
+		return nil, userfile.Prefix(ctx, "hostfiles", err)
 	}
-	defer f.Close()
-	return Parse(path, f)
+	return Parse(path, bytes.NewReader(b))
 }
 
 // Parse reads a hostfile from r; name is used in error messages only.

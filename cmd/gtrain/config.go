@@ -96,7 +96,7 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 	}
 	b, err := userfile.Read(cmd.Context(), path, userfile.ConfigLimit)
 	if err != nil {
-		return inputError("config", err)
+		return userfile.Prefix(cmd.Context(), "config", err)
 	}
 	v.SetConfigFile(path) // names the file in errors; ReadConfig reads b
 	v.SetConfigType("yaml")

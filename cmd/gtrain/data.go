@@ -361,7 +361,7 @@ func (s *splitWriter) documents(ctx context.Context, docs []document, frac float
 func (s *splitWriter) copyFile(ctx context.Context, path string, buf []byte) error {
 	f, err := userfile.Open(ctx, path)
 	if err != nil {
-		return inputError("data prepare", err)
+		return userfile.Prefix(ctx, "data prepare", err)
 	}
 	defer f.Close()
 	// Only regular files were found; one replaced since by a FIFO or a

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
-	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -133,7 +130,7 @@ func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.Host, error) {
 	case o.SSH.ConnectTimeout <= 0:
 		return nil, usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
-	parsed, err := readHostfile(ctx, o.Hostfile)
+	parsed, err := hostfiles.ReadFile(ctx, o.Hostfile)
 	if err != nil {
 		return nil, err
 	}
@@ -142,29 +139,6 @@ func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.Host, error) {
 		return nil, &usage.Error{Err: err}
 	}
 	return launch.HostsOf(nodes), nil
-}
-
-// readHostfile reads and parses the hostfile path: at most
-// hostfiles.MaxFileSize bytes, and returning as soon as ctx is done even
-// while the file blocks (a FIFO). A file that cannot be used is a usage
-// error naming it.
-func readHostfile(ctx context.Context, path string) ([]hostfiles.Host, error) {
-	b, err := userfile.Read(ctx, path, hostfiles.MaxFileSize)
-	if err != nil {
-		return nil, inputError("hostfiles", err)
-	}
-	return hostfiles.Parse(path, bytes.NewReader(b))
-}
-
-// inputError is err from reading a user's file, prefixed with pkg unless it
-// is the interrupt that stopped the read. userfile's errors, which name the
-// file, are typed usage errors (ExitCode).
-func inputError(pkg string, err error) error {
-	var intr *launch.InterruptedError
-	if errors.As(err, &intr) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", pkg, err)
 }
 
 func countReady(reports []launch.HostReport) int {

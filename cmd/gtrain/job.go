@@ -42,7 +42,7 @@ func loadJob(ctx context.Context, path string, sets []string) (train.Spec, error
 		if errors.Is(err, fs.ErrNotExist) {
 			return spec, usage.Errorf("job: %s: no such file", path)
 		}
-		return spec, inputError("job", err)
+		return spec, userfile.Prefix(ctx, "job", err)
 	}
 	return decodeJob(spec, path, text, sets)
 }

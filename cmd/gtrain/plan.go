@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/planner"
@@ -424,7 +425,7 @@ func (o *PlanOptions) topologyFile(ctx context.Context) (planner.Topology, error
 	}
 	data, err := userfile.Read(ctx, o.Topology, userfile.ConfigLimit)
 	if err != nil {
-		return planner.Topology{}, inputError("plan: --topology", err)
+		return planner.Topology{}, userfile.Prefix(ctx, "plan: --topology", err)
 	}
 	top, err := planner.ParseTopology(data)
 	if err != nil {
@@ -437,7 +438,7 @@ func (o *PlanOptions) topologyFile(ctx context.Context) (planner.Topology, error
 // are GPUs. The planner's nodes are identical, so unequal slot counts are
 // refused rather than guessed at.
 func hostfileShape(ctx context.Context, path string) (nodes, gpn int, err error) {
-	hosts, err := readHostfile(ctx, path)
+	hosts, err := hostfiles.ReadFile(ctx, path)
 	if err != nil {
 		return 0, 0, err
 	}

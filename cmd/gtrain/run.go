@@ -259,7 +259,7 @@ func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) 
 	if o.NprocPerNode != 1 {
 		return nil, false, &usage.Error{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
 	}
-	hosts, err := readHostfile(ctx, o.Hostfile)
+	hosts, err := hostfiles.ReadFile(ctx, o.Hostfile)
 	if err != nil {
 		return nil, false, err
 	}

@@ -206,3 +206,16 @@ func Size(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %s", f, units[i])
 }
+
+// Prefix is err from reading a file the user named, prefixed "op: " (the
+// command or package that read it; userfile's errors name the file), except
+// when it is ctx's end: an interrupt is reported as itself.
+func Prefix(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
