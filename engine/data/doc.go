@@ -4,7 +4,8 @@
 // of random windows and a sequential evaluation set; gtrain's byte-level
 // tokenizer (vocabulary 257, EOT = 256); and a synthetic corpus with
 // learnable structure, so the engine's default job trains without a
-// download.
+// download. Prepare (gtrain data prepare) turns text files, or the
+// synthetic corpus, into a data directory: train.bin, val.bin and meta.json.
 //
 // Files are written atomically (a temporary file in the same directory,
 // fsync, rename): an interrupted writer never leaves a truncated .bin behind

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package data
 
 // diskFree cannot tell free space here: the write fails when the disk is
 // full instead.

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package data
 
 import "golang.org/x/sys/unix"
 
