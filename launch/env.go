@@ -8,7 +8,6 @@ import (
 
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
-	"github.com/gtrain/gtrain/launch/proto"
 )
 
 // ForwardPrefixes are the prefixes of the launcher's environment variables
@@ -87,21 +86,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// Mux starts agents on this machine with Local and on other hosts with
-// Remote.
-type Mux struct {
-	Local, Remote Transport
-}
-
-// Start implements Transport.
-func (m *Mux) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
-	if h.Local {
-		return m.Local.Start(ctx, h, spec)
-	}
-	if m.Remote == nil {
-		return nil, errors.New("launch: no transport for remote host " + h.Name)
-	}
-	return m.Remote.Start(ctx, h, spec)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
+	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/rendezvous"
 )
 
@@ -286,4 +287,21 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// Spec is the job spec for the agent of node i in the given attempt.
+func (p *Job) Spec(i, attempt int) *proto.Spec {
+	h := p.Hosts[i]
+	s := &proto.Spec{
+		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
+		Command: p.Command, Dir: p.Dir, Env: p.Forward, GraceMillis: p.Grace.Milliseconds(),
+		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
+		LauncherBeats: p.Heartbeat > 0,
+	}
+	for _, r := range p.Ranks {
+		if r.Node == h.Node {
+			s.Ranks = append(s.Ranks, proto.RankSpec{Rank: r.Rank, LocalRank: r.LocalRank, Env: p.RankEnv(r, attempt)})
+		}
+	}
+	return s
 }

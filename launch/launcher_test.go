@@ -20,6 +20,9 @@ type fakeTransport struct {
 	conns []*fakeConn
 }
 
+// offline: these agents join no rendezvous (see usesRendezvous).
+func (f *fakeTransport) offline() {}
+
 func (f *fakeTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -96,7 +99,7 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		start := time.Now()
 		errc := make(chan error, 1)
 		go func() {
-			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second, NoRendezvous: true})
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second})
 		}()
 		synctest.Wait()
 		// Node 0 keeps its heartbeat; node 1 says nothing at all.
@@ -137,7 +140,7 @@ func TestRunFailureStopsOtherAgents(t *testing.T) {
 		tr := &fakeTransport{}
 		p := fakeJob(t, 3)
 		errc := make(chan error, 1)
-		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true}) }()
+		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}}) }()
 		synctest.Wait()
 		tr.conns[1].send(proto.EventRankExited, 1, 6)
 		synctest.Wait()
@@ -203,7 +206,7 @@ func TestRunFloodDoesNotLoseAgents(t *testing.T) {
 		}
 		errc := make(chan error, 1)
 		go func() {
-			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: view, AgentGrace: time.Second, NoRendezvous: true})
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: view, AgentGrace: time.Second})
 		}()
 		synctest.Wait()
 		for _, c := range tr.conns {
@@ -268,8 +271,7 @@ func TestCheckSilentAfterStall(t *testing.T) {
 		tr := &fakeTransport{}
 		p := fakeJob(t, 1)
 		c, _ := tr.Start(t.Context(), p.Hosts[0], nil)
-		a := &attempt{p: p, view: &recorder{}, conns: []AgentConn{c}, done: []bool{false}, ended: []bool{false},
-			lastSeen: []time.Time{time.Now()}, life: make([]agentLife, 1), lastCheck: time.Now()}
+		a := &attempt{p: p, view: &recorder{}, agents: []*agentState{{conn: c, lastSeen: time.Now()}}, lastCheck: time.Now()}
 		time.Sleep(2 * SilentAfter(p.Heartbeat)) // the whole launcher stalled
 		a.checkSilent(time.Now())
 		if a.failure != nil {

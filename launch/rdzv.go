@@ -43,10 +43,25 @@ func (a *attempt) listenRendezvous(ctx context.Context) (*rendezvous.Server, err
 	return srv, nil
 }
 
+// offline is a Transport whose agents reach no network, like the tests'
+// in-memory agents: the launcher starts no rendezvous for them and asks
+// them to join none. Ranks of the built-in engine need the rendezvous, so
+// every real transport's agents join it.
+type offline interface {
+	Transport
+	offline()
+}
+
+// usesRendezvous says whether the agents of rt.Transport join a rendezvous.
+func (rt *Runtime) usesRendezvous() bool {
+	_, ok := rt.Transport.(offline)
+	return !ok
+}
+
 // joinBackstop is how long the launcher waits for every joined event. With a
 // rendezvous, its round times out first and names exactly who is missing.
 func joinBackstop(rt Runtime) time.Duration {
-	if rt.NoRendezvous {
+	if !rt.usesRendezvous() {
 		return rt.JoinTimeout
 	}
 	return rt.JoinTimeout + 5*time.Second

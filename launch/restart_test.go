@@ -24,6 +24,9 @@ type scriptedTransport struct {
 	starts []time.Time // when node 0's agent of each attempt started
 }
 
+// offline: these agents join no rendezvous (see usesRendezvous).
+func (s *scriptedTransport) offline() {}
+
 func (s *scriptedTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
 	if h.Node == 0 {
 		s.mu.Lock()
@@ -81,7 +84,7 @@ func TestRestartBackoff(t *testing.T) {
 		p := fakeJob(t, 1)
 		p.MaxRestarts = 8
 		rec := &recorder{}
-		err := Run(t.Context(), p, Runtime{Transport: tr, View: rec, NoRendezvous: true})
+		err := Run(t.Context(), p, Runtime{Transport: tr, View: rec})
 		var rf *RankFailedError
 		if !errors.As(err, &rf) || rf.Code != 1 {
 			t.Fatalf("Run error = %v, want the rank's failure after the last restart", err)
@@ -118,7 +121,7 @@ func TestRestartWaitInterrupted(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(t.Context())
 		errc := make(chan error, 1)
 		go func() {
-			errc <- Run(ctx, p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true, RestartWait: time.Minute})
+			errc <- Run(ctx, p, Runtime{Transport: tr, View: &recorder{}, RestartWait: time.Minute})
 		}()
 		synctest.Wait() // the first attempt failed; Run waits a minute
 		if n := len(tr.attempts()); n != 1 {
@@ -156,7 +159,7 @@ func TestRestartAfterLostAgent(t *testing.T) {
 				tr := &scriptedTransport{script: lostFirst}
 				p := fakeJob(t, 1)
 				p.MaxRestarts = restarts
-				err := Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, NoRendezvous: true})
+				err := Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}})
 				var lost *AgentLostError
 				switch {
 				case restarts == 0 && !errors.As(err, &lost):

@@ -109,7 +109,7 @@ func TestRunBlamesTheRankThatWasKilled(t *testing.T) {
 		p := fakeJob(t, 2)
 		rec := &recorder{}
 		errc := make(chan error, 1)
-		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: rec, NoRendezvous: true}) }()
+		go func() { errc <- Run(t.Context(), p, Runtime{Transport: tr, View: rec}) }()
 		synctest.Wait()
 		killedAt := time.Now()
 		time.Sleep(time.Second) // rank 0 notices only later that its peer is gone

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,23 @@ type AgentConn interface {
 	Close() error
 	// Stderr returns the tail of what the agent wrote on its stderr.
 	Stderr() string
+}
+
+// Mux starts agents on this machine with Local and on other hosts with
+// Remote.
+type Mux struct {
+	Local, Remote Transport
+}
+
+// Start implements Transport.
+func (m *Mux) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+	if h.Local {
+		return m.Local.Start(ctx, h, spec)
+	}
+	if m.Remote == nil {
+		return nil, errors.New("launch: no transport for remote host " + h.Name)
+	}
+	return m.Remote.Start(ctx, h, spec)
 }
 
 // Local starts agents on this machine as child processes: Exe with Args
