@@ -14,9 +14,10 @@ import (
 // (no buffering, so an algorithm that only works because a transport
 // buffers deadlocks here), and a Recv of a message of another length fails.
 // Close simulates the death of the rank: every link of the transport closes,
-// and its peers' pending and later calls fail with io.EOF. Stall simulates a
-// stuck rank. It implements GroupTransport, so communicators over it can
-// Split. Its links only use channels, so it works in testing/synctest
+// and its peers' pending and later calls fail with io.EOF. (This package's
+// own tests can also stall a rank or let it die mid-operation: see
+// export_test.go.) It implements GroupTransport, so communicators over it
+// can Split. Its links only use channels, so it works in testing/synctest
 // bubbles.
 type InProc struct {
 	net        *inprocNet
@@ -26,7 +27,7 @@ type InProc struct {
 	links   []*inprocConn
 	closed  chan struct{}
 	once    sync.Once
-	stalled atomic.Bool
+	stalled atomic.Bool  // Sends and Recvs block: the rank is stuck
 	budget  atomic.Int64 // Sends left before the transport closes; < 0: no limit
 }
 
@@ -139,14 +140,6 @@ func (t *InProc) Close() error {
 	}
 	return nil
 }
-
-// Stall makes every later Send and Recv on the transport's links block
-// until its context ends or the link closes: the rank is stuck.
-func (t *InProc) Stall() { t.stalled.Store(true) }
-
-// CloseAfterSends lets n more Sends through, then closes the transport as
-// the next Send starts: the rank dies in the middle of an operation.
-func (t *InProc) CloseAfterSends(n int) { t.budget.Store(int64(n)) }
 
 type inprocConn struct {
 	t    *InProc
