@@ -174,13 +174,9 @@ func TestModelRanks(t *testing.T) {
 	})
 }
 
-func TestModelView(t *testing.T) {
+func TestModelApplyStarted(t *testing.T) {
 	m := NewModel([]RankInfo{{Rank: 0}})
-	v := ModelView(m)
-	v.Event(started(0, 7, 0))
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	m.Apply(started(0, 7, 0))
 	if r := m.Ranks()[0]; r.State != Running || r.PID != 7 {
 		t.Errorf("rank = %+v, want running pid 7", r)
 	}

@@ -52,16 +52,6 @@ func (vs multi) Close() error {
 	return errors.Join(errs...)
 }
 
-// ModelView keeps m up to date by applying each event to it. The table view
-// applies events itself, so use ModelView only when no table is shown but the
-// launcher still wants the model for its failure report.
-func ModelView(m *Model) View { return modelView{m} }
-
-type modelView struct{ m *Model }
-
-func (v modelView) Event(ev proto.Event) { v.m.Apply(ev) }
-func (v modelView) Close() error         { return nil }
-
 // NewLines returns a view that prints rank output, one whole line per write:
 // rank stdout to stdout, rank stderr to stderr, each line prefixed with
 // "[rank 3] ", or with "[worker-1:3] " (host:rank) when multiHost is true.

@@ -128,9 +128,16 @@ func TestJSONWriteError(t *testing.T) {
 	}
 }
 
+// modelView is a View that applies every event to a model, so that a
+// test can see what a view received.
+type modelView struct{ m *Model }
+
+func (v modelView) Event(ev proto.Event) { v.m.Apply(ev) }
+func (v modelView) Close() error         { return nil }
+
 func TestMulti(t *testing.T) {
 	m1, m2 := NewModel(nil), NewModel(nil)
-	v := Multi(ModelView(m1), nil, NewJSON(failWriter{}), ModelView(m2))
+	v := Multi(modelView{m1}, nil, NewJSON(failWriter{}), modelView{m2})
 	v.Event(started(5, 1, 0))
 	for i, m := range []*Model{m1, m2} {
 		if r := m.Ranks(); len(r) != 1 || r[0].State != Running {
