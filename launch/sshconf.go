@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -141,7 +142,7 @@ func (s *SSH) authMethods(ctx context.Context, t sshTarget) []ssh.AuthMethod {
 			signers = append(signers, sg)
 		case ctx.Err() != nil:
 			return nil // the dial fails with ctx's error
-		case !errors.Is(err, os.ErrNotExist) || containsStr(s.Config.Identities, f):
+		case !errors.Is(err, os.ErrNotExist) || slices.Contains(s.Config.Identities, f):
 			s.warn("ssh: identity " + err.Error()) // err names f
 		}
 	}
@@ -323,13 +324,4 @@ func localUser() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
-}
-
-func containsStr(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
