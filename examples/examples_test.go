@@ -19,11 +19,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 const nproc = 4
@@ -56,43 +56,6 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
-}
-
-var (
-	pythonOnce sync.Once
-	pythonPath string
-	pythonWhy  []string // why each candidate was rejected
-)
-
-// python returns an interpreter that can import torch.distributed, or skips
-// the test (fails it in CI).
-func python(t *testing.T) string {
-	t.Helper()
-	pythonOnce.Do(func() {
-		for _, c := range []string{"/usr/bin/python3", "python3"} {
-			path, err := exec.LookPath(c)
-			if err != nil {
-				pythonWhy = append(pythonWhy, fmt.Sprintf("%s: %v", c, err))
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			out, err := exec.CommandContext(ctx, path, "-c", "import torch.distributed").CombinedOutput()
-			cancel()
-			if err == nil {
-				pythonPath = path
-				return
-			}
-			pythonWhy = append(pythonWhy, fmt.Sprintf("%s: import torch.distributed: %v: %s", path, err, lastLine(string(out))))
-		}
-	})
-	if pythonPath == "" {
-		msg := "no Python with torch.distributed:\n  " + strings.Join(pythonWhy, "\n  ")
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci || os.Getenv("GTRAIN_REQUIRE_TORCH") == "1" {
-			t.Fatal(msg + "\n(CI or GTRAIN_REQUIRE_TORCH=1: torch is required)")
-		}
-		t.Skip(msg)
-	}
-	return pythonPath
 }
 
 // cleanEnv is the parent environment of every launcher in these tests: small
@@ -154,7 +117,7 @@ func gtrain(t *testing.T, env []string, args ...string) result {
 }
 
 func TestDDPAllReduce(t *testing.T) {
-	py := python(t)
+	py := proctest.NeedTorch(t)
 	r := gtrain(t, cleanEnv(t), "run", "--nproc-per-node", strconv.Itoa(nproc), "--", py, script)
 	if r.code != 0 {
 		t.Fatalf("gtrain exited %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -179,7 +142,7 @@ func TestDDPAllReduce(t *testing.T) {
 }
 
 func TestDDPRankFailureReport(t *testing.T) {
-	py := python(t)
+	py := proctest.NeedTorch(t)
 	const failRank = 2
 	// The temp dir in the command line marks the ranks of this job in /proc.
 	marker := filepath.Join(t.TempDir(), "env")
@@ -247,7 +210,7 @@ func TestHostfileExample(t *testing.T) {
 // variable torchrun gives a rank, gtrain gives it too, with the same value
 // where the value is deterministic. gtrain may add only GTRAIN_* variables.
 func TestEnvMatchesTorchrun(t *testing.T) {
-	py := python(t)
+	py := proctest.NeedTorch(t)
 	env := cleanEnv(t)
 	dumps := t.TempDir()
 	n := strconv.Itoa(nproc)
@@ -394,12 +357,4 @@ func survivors(marker string, wait time.Duration) []int {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
 }

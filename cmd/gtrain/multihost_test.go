@@ -110,13 +110,7 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 // TestMultiHostDDP: PyTorch gloo across 2 hosts × 2 ranks all-reduces
 // correctly under gtrain.
 func TestMultiHostDDP(t *testing.T) {
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import torch.distributed").Run(); err != nil {
-		if os.Getenv("CI") == "true" || os.Getenv("GTRAIN_REQUIRE_TORCH") == "1" {
-			t.Fatalf("PyTorch is required here: %v", err)
-		}
-		t.Skipf("no PyTorch for %s: %v", python, err)
-	}
+	python := proctest.NeedTorch(t)
 	c := netns.New(t, 2)
 	script, _ := filepath.Abs("../../examples/ddp_allreduce.py")
 	// gloo binds the address of the interface it is told, as with real clusters.

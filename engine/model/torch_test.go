@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"os"
@@ -16,34 +15,8 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
+	"github.com/gtrain/gtrain/internal/proctest"
 )
-
-// torchPython finds a Python with torch (Debian's python3-torch), skipping
-// the test without one unless CI or GTRAIN_REQUIRE_TORCH=1 requires it.
-func torchPython(t *testing.T) string {
-	t.Helper()
-	var why []string
-	for _, c := range []string{"/usr/bin/python3", "python3"} {
-		path, err := exec.LookPath(c)
-		if err != nil {
-			why = append(why, err.Error())
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out, err := exec.CommandContext(ctx, path, "-c", "import torch").CombinedOutput()
-		cancel()
-		if err == nil {
-			return path
-		}
-		why = append(why, fmt.Sprintf("%s: import torch: %v: %s", path, err, bytes.TrimSpace(out)))
-	}
-	msg := fmt.Sprintf("no Python with torch (apt-get install python3-torch): %v", why)
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci || os.Getenv("GTRAIN_REQUIRE_TORCH") == "1" {
-		t.Fatal(msg + " (CI or GTRAIN_REQUIRE_TORCH=1: torch is required)")
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // TestMatchesPyTorch loads the engine's weights into the GPT-2 of
 // testdata/gpt2_reference.py and compares the loss and every gradient.
@@ -53,7 +26,7 @@ func torchPython(t *testing.T) string {
 // epsilon is 1.2e-7), so the bounds leave a 30x margin and a wrong term,
 // off by 1e-2 or more, cannot hide.
 func TestMatchesPyTorch(t *testing.T) {
-	py := torchPython(t)
+	py := proctest.NeedTorch(t)
 	for _, tc := range []struct {
 		name string
 		cfg  Config

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 // Host is one namespace of a Cluster.
@@ -96,17 +98,13 @@ func probe() error {
 }
 
 // Require skips the test if Available fails, or fails it when the
-// environment promises real hosts: CI=true or GTRAIN_REQUIRE_NETNS=1.
+// environment promises real hosts: CI=true or GTRAIN_REQUIRE_NETNS=1 (see
+// proctest.Missing).
 func Require(t testing.TB) {
 	t.Helper()
-	err := Available()
-	if err == nil {
-		return
+	if err := Available(); err != nil {
+		proctest.Missing(t, "GTRAIN_REQUIRE_NETNS", err)
 	}
-	if os.Getenv("CI") == "true" || os.Getenv("GTRAIN_REQUIRE_NETNS") == "1" {
-		t.Fatalf("%v (real hosts are required: CI=true or GTRAIN_REQUIRE_NETNS=1)", err)
-	}
-	t.Skip(err)
 }
 
 // New creates a cluster of n hosts (1 to 200) with sshd running on each,

@@ -1,4 +1,6 @@
-// Package proctest helps tests check what became of real processes.
+// Package proctest helps tests that run real processes: it says whether
+// what they need is installed (skipping the test, or failing it in CI), and
+// checks what became of the processes.
 package proctest
 
 import (
