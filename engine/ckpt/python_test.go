@@ -1,16 +1,15 @@
 package ckpt
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
+
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 // pythonReader reads safetensors files the way the safetensors package
@@ -49,27 +48,10 @@ for name, t in f32.items():
 print(json.dumps({n: {"shape": list(t.shape), "bits": t.reshape(-1).view(torch.int32).tolist()} for n, t in f32.items()}))
 `
 
-// torchPython returns /usr/bin/python3 if it can import torch, else skips
-// the test (fails it with GTRAIN_REQUIRE_TORCH=1 or CI=true).
-func torchPython(t *testing.T) string {
-	const python = "/usr/bin/python3"
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import torch").CombinedOutput()
-	if err != nil {
-		msg := "no PyTorch for " + python + ": " + err.Error() + ": " + string(out)
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci || os.Getenv("GTRAIN_REQUIRE_TORCH") == "1" {
-			t.Fatal(msg + "\n(CI or GTRAIN_REQUIRE_TORCH=1: torch is required)")
-		}
-		t.Skip(msg + " (set GTRAIN_REQUIRE_TORCH=1 to fail instead)")
-	}
-	return python
-}
-
 // TestExportReadByPyTorch: PyTorch reads the exports, full tensors from two
 // ranks' shards, and rounds to BF16 and F16 exactly as Export did.
 func TestExportReadByPyTorch(t *testing.T) {
-	python := torchPython(t)
+	python := proctest.NeedTorch(t)
 	root := t.TempDir()
 	special := specialValues()
 	full := append(fullTensors(7, 3), Tensor{Name: "special", Shape: []int{len(special)}, Data: special})
