@@ -4,6 +4,7 @@ package deps
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,18 +20,35 @@ var forbidden = map[string][]string{
 	"engine":     {module + "/launch", module + "/cmd", "github.com/spf13/"},
 	"planner":    {"github.com/NVIDIA/go-nvml", "golang.org/x/crypto/ssh", "github.com/charmbracelet/", module + "/launch", "os/exec", "net"},
 
-	// Shared by the engine and the launcher: the standard library only.
+	// Shared by the engine, the launcher and the CLI: the standard library only.
 	"internal/atomicfile": {module + "/", "github.com/", "golang.org/"},
+	"internal/usage":      {module + "/", "github.com/", "golang.org/"},
+	"internal/rankenv":    {module + "/", "github.com/", "golang.org/"},
 }
 
+// testOnly are what only tests may depend on: no package of the module
+// may, except testHelpers, the packages that exist for tests. `go list`
+// gives the dependencies of a package's own build, without its _test.go
+// files, so a test importing them is fine.
+var (
+	testOnly = []string{
+		"testing", // and testing/synctest, testing/fstest, ...
+		module + "/internal/netns",
+		module + "/internal/proctest",
+		"github.com/rogpeppe/go-internal/testscript",
+	}
+	testHelpers = []string{"internal/netns", "internal/proctest"}
+)
+
 // TestImportBoundaries fails when a package reaches across a boundary of the
-// design, e.g. the pure planner importing NVML or the launcher the engine.
+// design, e.g. the pure planner importing NVML, the launcher the engine, or
+// a command the testing package.
 func TestImportBoundaries(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps=false", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", module+"/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	checked := 0
+	checked := map[string]int{} // rule → packages it covered
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg, deps := fields[0], fields[1:]
@@ -39,17 +57,42 @@ func TestImportBoundaries(t *testing.T) {
 			if rel != owner && !strings.HasPrefix(rel, owner+"/") {
 				continue
 			}
-			checked++
-			for _, d := range deps {
-				for _, ban := range bans {
-					if d == ban || strings.HasPrefix(d, strings.TrimSuffix(ban, "/")+"/") {
-						t.Errorf("%s depends on %s; %s must not import %s (see docs/architecture.md)", pkg, d, owner, ban)
-					}
-				}
+			checked[owner]++
+			for _, b := range banned(deps, bans) {
+				t.Errorf("%s depends on %s; %s must not import %s (see docs/architecture.md)", pkg, b.dep, owner, b.ban)
+			}
+		}
+		if slices.Contains(testHelpers, rel) {
+			continue
+		}
+		checked["production"]++
+		for _, b := range banned(deps, testOnly) {
+			t.Errorf("%s depends on %s; only tests may import %s (production code carries no test helpers)", pkg, b.dep, b.ban)
+		}
+	}
+	for owner := range forbidden {
+		if checked[owner] == 0 {
+			t.Errorf("no package for the rule on %s: is the module layout as designed?", owner)
+		}
+	}
+	if checked["production"] == 0 {
+		t.Error("no production package checked: is the module layout as designed?")
+	}
+}
+
+// violation is a dependency dep that the rule ban forbids.
+type violation struct{ dep, ban string }
+
+// banned returns the deps that one of bans names, or is a prefix of.
+func banned(deps, bans []string) []violation {
+	var out []violation
+	for _, d := range deps {
+		for _, ban := range bans {
+			if d == ban || strings.HasPrefix(d, strings.TrimSuffix(ban, "/")+"/") {
+				out = append(out, violation{d, ban})
+				break
 			}
 		}
 	}
-	if checked < len(forbidden) {
-		t.Errorf("checked %d packages, want at least one for each of %d rules: is the module layout as designed?", checked, len(forbidden))
-	}
+	return out
 }
