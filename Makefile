@@ -51,7 +51,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzReadHeader$$' -fuzztime=800000x ./engine/ckpt
 	$(GO) test -run='^$$' -fuzz='^FuzzParseLink$$' -fuzztime=250000x ./planner
 	$(GO) test -run='^$$' -fuzz='^FuzzParseTopology$$' -fuzztime=400000x ./planner
-	$(GO) test -run='^$$' -fuzz='^FuzzParseCount$$' -fuzztime=50000x ./cmd/gtrain
+	$(GO) test -run='^$$' -fuzz='^FuzzParseCount$$' -fuzztime=50000x ./planner
 
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...

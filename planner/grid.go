@@ -36,6 +36,15 @@ func (g Grid) Coord(rank int) Coord {
 	return Coord{TP: rank % g.TP, PP: rank / g.TP % g.PP, DP: rank / (g.TP * g.PP)}
 }
 
+// Coords is Coord of every rank, in rank order.
+func (g Grid) Coords() []Coord {
+	cs := make([]Coord, g.World())
+	for r := range cs {
+		cs[r] = g.Coord(r)
+	}
+	return cs
+}
+
 // Rank is the inverse of Coord.
 func (g Grid) Rank(c Coord) int {
 	return c.TP + g.TP*(c.PP+g.PP*c.DP)

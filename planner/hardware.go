@@ -13,7 +13,7 @@ import (
 
 // GPU is one accelerator model: how much memory it has and how fast its
 // dense matrix units are. A CPU rank of the built-in engine is described the
-// same way (cmd/gtrain builds that value from the host).
+// same way (CPUTopology).
 type GPU struct {
 	Name        string `json:"name"`
 	MemoryBytes int64  `json:"memory_bytes"`
@@ -164,8 +164,9 @@ func ParseTopology(data []byte) (Topology, error) {
 	return t, t.Validate()
 }
 
-// peak is the FLOP/s of a matrix unit at precision p.
-func (g GPU) peak(p Precision) float64 {
+// Peak is the FLOP/s of g's matrix units at precision p: PeakFLOPS for
+// 16-bit, PeakFP32FLOPS (or half of PeakFLOPS) for fp32.
+func (g GPU) Peak(p Precision) float64 {
 	if p == FP32 {
 		if g.PeakFP32FLOPS > 0 {
 			return g.PeakFP32FLOPS

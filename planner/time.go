@@ -14,7 +14,7 @@ func (ev *evaluation) time(c *Candidate) {
 	l, pr := ev.l, ev.pr
 	d := &c.Detail
 	d.GEMMEfficiency = gemmEfficiency(pr.Options, pr.Model, l.MicroBatch, l.TP)
-	rate := pr.Topology.GPU.peak(pr.Precision) * d.GEMMEfficiency
+	rate := pr.Topology.GPU.Peak(pr.Precision) * d.GEMMEfficiency
 	var slowest, comp, tp float64
 	for _, st := range ev.stages[:ev.n] {
 		f := ev.stageFLOPs(st) / rate
@@ -36,7 +36,7 @@ func (ev *evaluation) time(c *Candidate) {
 	d.HardwareFLOPs = HardwareFLOPs(pr.Model, pr.GlobalBatch, l.Recompute)
 	gpus := float64(l.World())
 	c.TFLOPSPerGPU = d.HardwareFLOPs / (c.StepTime * gpus) / 1e12
-	c.MFU = d.ModelFLOPs / (c.StepTime * gpus * pr.Topology.GPU.peak(pr.Precision))
+	c.MFU = d.ModelFLOPs / (c.StepTime * gpus * pr.Topology.GPU.Peak(pr.Precision))
 }
 
 // stageFLOPs is one GPU's FLOPs for one micro-batch on stage st: forward,

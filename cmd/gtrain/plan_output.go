@@ -56,10 +56,7 @@ func printPlanJSON(o *PlanOptions, pr planner.Problem, res planner.Result) error
 	if best, ok := res.Best(); ok {
 		doc.Best = &best
 		if o.Explain {
-			doc.Explain = &planExplain{Detail: best.Detail, Ranks: make([]planner.Coord, best.World())}
-			for r := range doc.Explain.Ranks {
-				doc.Explain.Ranks[r] = best.Coord(r)
-			}
+			doc.Explain = &planExplain{Detail: best.Detail, Ranks: best.Coords()}
 		}
 	}
 	return writeJSON(o.IO.Out, doc)
@@ -97,7 +94,7 @@ func writePlanHeader(b *strings.Builder, pr planner.Problem, res planner.Result)
 		name, m.Arch, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.FFN, m.Vocab, m.Seq, count(m.Params()))
 	fmt.Fprintf(b, "cluster:  %d × %s (%d node(s) × %d, %s, %.0f TFLOP/s %s); intra %s, inter %s\n",
 		top.GPUs(), top.GPU.Name, top.Nodes, top.GPUsPerNode, planner.GiB(float64(top.GPU.MemoryBytes)),
-		peakOf(pr)/1e12, pr.Precision, top.Intra.Describe(), top.Inter.Describe())
+		top.GPU.Peak(pr.Precision)/1e12, pr.Precision, top.Intra.Describe(), top.Inter.Describe())
 	sp := "on"
 	if !pr.Options.SequenceParallel {
 		sp = "off"
@@ -105,16 +102,6 @@ func writePlanHeader(b *strings.Builder, pr planner.Problem, res planner.Result)
 	fmt.Fprintf(b, "training: global batch %d × %d tokens, %s, Adam; efficiency %.2f, usable memory %s (%.0f%%), sequence parallel %s\n",
 		pr.GlobalBatch, m.Seq, pr.Precision, pr.Options.Efficiency, planner.GiB(pr.Usable()), pr.Options.UsableMemory*100, sp)
 	fmt.Fprintf(b, "searched: %d layouts evaluated (%d more pruned), %d fit\n", len(res.Candidates), res.Pruned, res.Feasible)
-}
-
-func peakOf(pr planner.Problem) float64 {
-	if pr.Precision == planner.FP32 {
-		if pr.Topology.GPU.PeakFP32FLOPS > 0 {
-			return pr.Topology.GPU.PeakFP32FLOPS
-		}
-		return pr.Topology.GPU.PeakFLOPS / 2
-	}
-	return pr.Topology.GPU.PeakFLOPS
 }
 
 var planHeaders = []string{"", "TP", "PP", "DP", "ZERO", "MBS", "GA", "RECOMPUTE", "MEM/GPU", "STEP", "TFLOP/S", "MFU", "BUBBLE", "FIT"}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,33 +9,6 @@ import (
 
 	"github.com/gtrain/gtrain/planner"
 )
-
-func TestParseCount(t *testing.T) {
-	for in, want := range map[string]float64{"175B": 175e9, "1.5e9": 1.5e9, "7b": 7e9, "1T": 1e12, "350M": 350e6, " 13B ": 13e9, "2k": 2e3} {
-		if got, err := parseCount(in); err != nil || got != want {
-			t.Errorf("%q: %g, %v; want %g", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "B", "-7B", "0", "NaN", "1e400", "seven"} {
-		if _, err := parseCount(in); err == nil {
-			t.Errorf("%q: no error", in)
-		}
-	}
-}
-
-// FuzzParseCount: parseCount never panics and accepts only positive finite
-// counts.
-func FuzzParseCount(f *testing.F) {
-	for _, s := range []string{"175B", "1.5e9", "1T", "0x10", "-1", "inf"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseCount(s)
-		if err == nil && !(v > 0 && !math.IsInf(v, 1)) {
-			t.Fatalf("%q → %g accepted", s, v)
-		}
-	})
-}
 
 // TestPlanUsageErrors: every bad flag is a one-line usage error (exit 2)
 // naming the flag.
