@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -140,11 +141,14 @@ func copyInto(dst, src Buffer) {
 	}
 }
 
-// ParseDType reads a dtype as users spell it: float32 (float, f32),
-// bfloat16 (bf16) or float16 (half, f16).
+// ParseDType reads an element type as users spell it, in any case: float32
+// (float, f32, fp32), bfloat16 (bf16) or float16 (half, f16, fp16); "" is
+// float32. It is the one parser of every dtype gtrain takes (bench
+// collectives --dtype, the job's precision and parallel.grad_dtype, ckpt
+// export --dtype), so a spelling one accepts, all do.
 func ParseDType(s string) (DType, error) {
-	switch s {
-	case "float32", "float", "f32", "fp32":
+	switch strings.ToLower(s) {
+	case "", "float32", "float", "f32", "fp32":
 		return Float32, nil
 	case "bfloat16", "bf16":
 		return BFloat16, nil

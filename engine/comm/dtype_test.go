@@ -243,3 +243,26 @@ func TestBuffer(t *testing.T) {
 	}()
 	h.Float32s()
 }
+
+// TestParseDType: every spelling that bench collectives, the job's precision
+// (engine/zero's former parser) and ckpt export (engine/ckpt's) accepted
+// before they shared this parser is still accepted, in any case, and
+// anything else is refused naming the value.
+func TestParseDType(t *testing.T) {
+	for want, spellings := range map[DType][]string{
+		Float32:  {"", "float32", "float", "f32", "fp32", "F32", "FP32", "Float32"},
+		BFloat16: {"bfloat16", "bf16", "BF16", "BFloat16"},
+		Float16:  {"float16", "half", "f16", "fp16", "F16", "FP16", "Half"},
+	} {
+		for _, s := range spellings {
+			if got, err := ParseDType(s); got != want || err != nil {
+				t.Errorf("ParseDType(%q) = %v, %v; want %v", s, got, err, want)
+			}
+		}
+	}
+	for _, s := range []string{"int8", "fp8", "f64", " f32", "bf 16"} {
+		if got, err := ParseDType(s); err == nil || err.Error() != `unknown dtype "`+s+`" (want float32, bfloat16 or float16)` {
+			t.Errorf("ParseDType(%q) = %v, %v; want an error naming it", s, got, err)
+		}
+	}
+}

@@ -255,13 +255,13 @@ func (s Spec) validateFloats() error {
 
 // ZeroConfig is the spec's data-parallel engine setup.
 func (s Spec) ZeroConfig() (zero.Config, error) {
-	params, err := zero.ParseDType(s.Precision)
+	params, err := comm.ParseDType(s.Precision)
 	if err != nil {
 		return zero.Config{}, fmt.Errorf("job: precision %q: want fp32, bf16 or fp16", s.Precision)
 	}
 	grads := params
 	if g := s.Parallel.GradDType; g != "" {
-		if grads, err = zero.ParseDType(g); err != nil || (grads != comm.Float32 && grads != params) {
+		if grads, err = comm.ParseDType(g); err != nil || (grads != comm.Float32 && grads != params) {
 			return zero.Config{}, fmt.Errorf("job: parallel.grad_dtype %q: want fp32 or the precision (%s)", g, s.Precision)
 		}
 	}
@@ -300,8 +300,12 @@ func (s Spec) Resolved() (Spec, error) {
 		s.Recompute = string(model.RecomputeNone)
 	}
 	s.Parallel.TP, s.Parallel.PP = max(s.Parallel.TP, 1), max(s.Parallel.PP, 1)
-	if s.Precision == "" {
-		s.Precision = "fp32"
-	}
+	// One spelling of each precision (Validate has parsed it): the trainer
+	// tells fp16, which needs loss scaling, by its name.
+	p, _ := comm.ParseDType(s.Precision)
+	s.Precision = precisionNames[p]
 	return s, nil
 }
+
+// precisionNames are the spellings of the precisions in a resolved spec.
+var precisionNames = map[comm.DType]string{comm.Float32: "fp32", comm.BFloat16: "bf16", comm.Float16: "fp16"}

@@ -1,10 +1,6 @@
 package zero
 
-import (
-	"fmt"
-
-	"github.com/gtrain/gtrain/engine/comm"
-)
+import "github.com/gtrain/gtrain/engine/comm"
 
 // encode writes src into dst (same length), rounding to dst's type.
 func encode(dst comm.Buffer, src []float32) {
@@ -67,17 +63,4 @@ func addBuffer(dst, src comm.Buffer) {
 		decode(tmp[:hi-lo], src.Slice(lo, hi))
 		accumulate(dst.Slice(lo, hi), tmp[:hi-lo])
 	}
-}
-
-// ParseDType names a precision: fp32, bf16 or fp16.
-func ParseDType(s string) (comm.DType, error) {
-	switch s {
-	case "fp32", "float32", "":
-		return comm.Float32, nil
-	case "bf16", "bfloat16":
-		return comm.BFloat16, nil
-	case "fp16", "float16":
-		return comm.Float16, nil
-	}
-	return 0, fmt.Errorf("zero: precision %q: want fp32, bf16 or fp16", s)
 }
