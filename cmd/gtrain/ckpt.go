@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
-	"github.com/gtrain/gtrain/internal/atomicfile"
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/internal/usage"
 )
 
@@ -61,75 +58,23 @@ gtrain resume would load, is marked "latest".`,
 
 // ckptLsRun prints the checkpoints of o.Path.
 func ckptLsRun(ctx context.Context, o *CkptLsOptions) error {
-	infos, err := ckptInfos(ctx, "ckpt ls", o.Path)
+	inv, err := ckpt.Inspect(ctx, "ckpt ls", o.Path)
 	if err != nil {
 		return err
 	}
-	latest := -1
-	for i, info := range infos {
-		if info.Valid {
-			latest = i
-		}
+	if o.Output == outputJSON {
+		return printCkptJSON(o.IO.Out, inv)
 	}
-	if o.Output == "json" {
-		return printCkptJSON(o.IO.Out, o.Path, infos, latest)
-	}
-	if len(infos) == 0 {
+	if len(inv.Checkpoints) == 0 {
 		_, err := fmt.Fprintf(o.IO.Out, "no checkpoints in %s\n", o.Path)
 		return err
 	}
-	return printCkptTable(o.IO, infos, latest)
-}
-
-// ckptInfos describes the step directory path, or the step directories
-// under the root path. A path that does not exist is a usage error.
-func ckptInfos(ctx context.Context, cmd, path string) ([]ckpt.Info, error) {
-	t, err := resolveCkpt(cmd, path)
-	if err != nil {
-		return nil, err
-	}
-	if t.Step != "" {
-		info, err := ckpt.Describe(ctx, t.Step)
-		if err != nil {
-			return nil, interruptedOr(ctx, fmt.Errorf("%s: %w", cmd, err))
-		}
-		return []ckpt.Info{info}, nil
-	}
-	infos, err := ckpt.List(ctx, t.Root)
-	if err != nil {
-		return nil, interruptedOr(ctx, fmt.Errorf("%s: %w", cmd, err))
-	}
-	return infos, nil
-}
-
-// interruptedOr is err, or ctx's cause alone when ctx has ended: an
-// interrupted command says only that ("gtrain: interrupted by SIGINT"), not
-// which file it was reading.
-func interruptedOr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return err
-}
-
-// resolveCkpt is ckpt.Resolve for the command cmd: a path that does not
-// exist, or is no directory, is a usage error.
-func resolveCkpt(cmd, path string) (ckpt.Target, error) {
-	t, err := ckpt.Resolve(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return t, usage.Errorf("%s: %s: no such directory", cmd, path)
-	}
-	if errors.Is(err, ckpt.ErrNotDir) {
-		return t, usage.Errorf("%s: %s: %w", cmd, path, ckpt.ErrNotDir)
-	}
-	if err != nil {
-		return t, fmt.Errorf("%s: %w", cmd, err)
-	}
-	return t, nil
+	return printCkptTable(o.IO, inv)
 }
 
 // printCkptJSON writes {"path": ..., "latest": ..., "checkpoints": [...]}.
-func printCkptJSON(w io.Writer, path string, infos []ckpt.Info, latest int) error {
+func printCkptJSON(w io.Writer, inv ckpt.Inventory) error {
+	infos, latest := inv.Checkpoints, inv.Latest()
 	type entry struct {
 		ckpt.Info
 		Latest bool `json:"latest"`
@@ -138,7 +83,7 @@ func printCkptJSON(w io.Writer, path string, infos []ckpt.Info, latest int) erro
 		Path        string  `json:"path"`
 		Latest      *string `json:"latest"` // the latest valid step directory; null without one
 		Checkpoints []entry `json:"checkpoints"`
-	}{Path: path, Checkpoints: []entry{}}
+	}{Path: inv.Path, Checkpoints: []entry{}}
 	for i, info := range infos {
 		doc.Checkpoints = append(doc.Checkpoints, entry{info, i == latest})
 	}
@@ -151,7 +96,8 @@ func printCkptJSON(w io.Writer, path string, infos []ckpt.Info, latest int) erro
 // printCkptTable writes one row per step directory and a summary. A status
 // is always words; colour only repeats it, and not with NO_COLOR or when
 // stdout is no terminal.
-func printCkptTable(ios *IOStreams, infos []ckpt.Info, latest int) error {
+func printCkptTable(ios *IOStreams, inv ckpt.Inventory) error {
+	infos, latest := inv.Checkpoints, inv.Latest()
 	rows := make([][]string, len(infos))
 	for i, info := range infos {
 		rows[i] = ckptRow(info, i == latest)
@@ -171,13 +117,7 @@ func printCkptTable(ios *IOStreams, infos []ckpt.Info, latest int) error {
 		}
 		return cell
 	}))
-	valid := 0
-	for _, info := range infos {
-		if info.Valid {
-			valid++
-		}
-	}
-	fmt.Fprintf(&b, "%d of %d valid", valid, len(infos))
+	fmt.Fprintf(&b, "%d of %d valid", inv.NumValid(), len(infos))
 	if latest >= 0 {
 		fmt.Fprintf(&b, "; latest: %s", infos[latest].Dir)
 	}
@@ -219,84 +159,89 @@ func formatSize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
-// invalidHint is said once, after the reason a checkpoint is invalid.
-const invalidHint = "an invalid checkpoint is never loaded (resume takes the newest valid one): delete its directory, or restore it from a copy"
-
 // CkptVerifyOptions are the inputs of `gtrain ckpt verify`.
 type CkptVerifyOptions struct {
-	IO   *IOStreams
-	Path string // a step directory, or a root of them
+	IO     *IOStreams
+	Path   string // a step directory, or a root of them
+	Output string // text or json
 }
 
 // NewCmdCkptVerify is `gtrain ckpt verify`.
 func NewCmdCkptVerify(ios *IOStreams) *cobra.Command {
 	o := &CkptVerifyOptions{IO: ios}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "verify DIR",
 		Short: "Verify a checkpoint, or every checkpoint under a root",
 		Long: `Verify the checkpoint in the step directory DIR, or every step directory
 when DIR is a root of them: the manifest, the size and SHA-256 of every file,
 and that the files hold exactly the tensors the manifest lists. Prints one
-line per checkpoint; exits 0 when all are valid, 1 otherwise, naming the
-file at fault.`,
+line per checkpoint (with -o json, one document); exits 0 when all are
+valid, 1 otherwise, naming the file at fault.`,
 		Example: `  gtrain ckpt verify runs/gpt2/ckpt/step-00001000
-  gtrain ckpt verify runs/gpt2/ckpt`,
+  gtrain ckpt verify runs/gpt2/ckpt -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
 			return ckptVerifyRun(cmd.Context(), o)
 		},
 	}
+	addOutputFlag(cmd.Flags(), &o.Output, `one document: "valid" (all of them) and each checkpoint's verdict`)
+	return cmd
 }
 
 // ckptVerifyRun verifies and prints; the first invalid checkpoint is the
 // error.
 func ckptVerifyRun(ctx context.Context, o *CkptVerifyOptions) error {
-	infos, err := ckptInfos(ctx, "ckpt verify", o.Path)
+	inv, err := ckpt.Inspect(ctx, "ckpt verify", o.Path)
 	if err != nil {
 		return err
 	}
-	if len(infos) == 0 {
-		return fmt.Errorf("ckpt verify: no checkpoints in %s", o.Path)
+	verdict := inv.Check("ckpt verify")
+	if o.Output == outputJSON {
+		err = writeJSON(o.IO.Out, struct {
+			Path        string      `json:"path"`
+			Valid       bool        `json:"valid"`
+			Checkpoints []ckpt.Info `json:"checkpoints"`
+		}{inv.Path, verdict == nil, append([]ckpt.Info{}, inv.Checkpoints...)}) // [], not null, when empty
+	} else {
+		err = printVerdicts(o.IO.Out, inv.Checkpoints)
 	}
+	if err != nil {
+		return err
+	}
+	return verdict
+}
+
+// printVerdicts writes one line per checkpoint.
+func printVerdicts(w io.Writer, infos []ckpt.Info) error {
 	var b strings.Builder
-	var bad []ckpt.Info
 	for _, info := range infos {
 		name := filepath.Base(info.Dir)
 		if info.Valid {
 			fmt.Fprintf(&b, "%s  valid (%d files, %s)\n", name, info.Files, formatSize(info.Bytes))
 		} else {
 			fmt.Fprintf(&b, "%s  INVALID: %s\n", name, info.Reason)
-			bad = append(bad, info)
 		}
 	}
-	if _, err := io.WriteString(o.IO.Out, b.String()); err != nil {
-		return err
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	first := fmt.Sprintf("%s: %s", filepath.Base(bad[0].Dir), bad[0].Reason)
-	if len(infos) == 1 {
-		return fmt.Errorf("ckpt verify: %s; %s", first, invalidHint)
-	}
-	return fmt.Errorf("ckpt verify: %d of %d checkpoints invalid, first %s; %s", len(bad), len(infos), first, invalidHint)
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // CkptExportOptions are the inputs of `gtrain ckpt export`.
 type CkptExportOptions struct {
 	IO        *IOStreams
 	Path      string // a step directory, or a root (its latest valid checkpoint)
-	Out       string
+	Out       string // the safetensors file to write
 	DType     string
 	Optimizer bool
+	Output    string // text or json: what was written
 }
 
 // NewCmdCkptExport is `gtrain ckpt export`.
 func NewCmdCkptExport(ios *IOStreams) *cobra.Command {
 	o := &CkptExportOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "export DIR -o FILE [flags]",
+		Use:   "export DIR --out FILE [flags]",
 		Short: "Export a checkpoint's weights as one safetensors file",
 		Long: `Export the full tensors of a checkpoint, assembled from every rank's shards,
 to one safetensors file that the safetensors/PyTorch ecosystem reads
@@ -304,9 +249,11 @@ to one safetensors file that the safetensors/PyTorch ecosystem reads
 root of them, whose newest valid checkpoint is taken (invalid newer ones are
 named on stderr). The checkpoint is verified first. By default only the model
 parameters are exported; --optimizer adds the optimizer state. bf16 and f16
-round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.`,
-		Example: `  gtrain ckpt export runs/gpt2/ckpt -o model.safetensors
-  gtrain ckpt export runs/gpt2/ckpt/step-00001000 -o model-bf16.safetensors --dtype bf16`,
+round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.
+What was written (file, step, tensors, bytes, dtype) is printed, or with
+-o json one document.`,
+		Example: `  gtrain ckpt export runs/gpt2/ckpt --out model.safetensors
+  gtrain ckpt export runs/gpt2/ckpt/step-00001000 --out model-bf16.safetensors --dtype bf16 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
@@ -314,64 +261,36 @@ round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.Out, "out", "o", "", "the safetensors file to write (required)")
+	f.StringVar(&o.Out, "out", "", "the safetensors file to write (required)")
 	f.StringVar(&o.DType, "dtype", "f32", "element type of the file: f32, bf16 or f16")
 	f.BoolVar(&o.Optimizer, "optimizer", false, "export the optimizer state too (tensors named optimizer.*)")
+	addOutputFlag(f, &o.Output, "what was written: path, step, tensors, elements, bytes, dtype")
 	return cmd
 }
 
-// ckptExportRun finds, verifies and exports the checkpoint. Both read all
-// of it: they stop when ctx ends, leaving no file behind.
+// ckptExportRun finds, verifies and exports the checkpoint, and says what
+// it wrote. Both read all of it: they stop when ctx ends, leaving no file
+// behind.
 func ckptExportRun(ctx context.Context, o *CkptExportOptions) error {
 	if o.Out == "" {
-		return usage.Errorf("ckpt export: -o FILE is required: the safetensors file to write")
+		return usage.Errorf("ckpt export: --out FILE is required: the safetensors file to write")
 	}
-	dtype, err := ckpt.ParseDType(o.DType)
+	dtype, err := comm.ParseDType(o.DType)
 	if err != nil {
 		return usage.Errorf("ckpt export: --dtype: %v", err)
 	}
-	// Before the checkpoint is read and verified, which can take minutes.
-	var nr *atomicfile.NotRegularError
-	if _, err := atomicfile.Resolve(o.Out); errors.As(err, &nr) {
-		return usage.Errorf("ckpt export: -o %v", err)
-	}
-	target, err := resolveCkpt("ckpt export", o.Path)
+	res, err := ckpt.ExportPath(ctx, ckpt.ExportRequest{
+		Op: "ckpt export", From: o.Path, To: o.Out,
+		ExportOptions: ckpt.ExportOptions{DType: dtype, Optimizer: o.Optimizer},
+		Warn:          func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
+	})
 	if err != nil {
 		return err
 	}
-	c, err := target.Load(ctx, func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) })
-	var inv *ckpt.InvalidError
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return context.Cause(ctx)
-	case errors.As(err, &inv):
-		return fmt.Errorf("ckpt export: %w; %s", err, invalidHint)
-	case err != nil:
-		return fmt.Errorf("ckpt export: %w", err)
-	}
-	if err := ckpt.Export(ctx, c, o.Out, ckpt.ExportOptions{DType: dtype, Optimizer: o.Optimizer}); err != nil {
-		return interruptedOr(ctx, err)
-	}
-	tensors, elems := exportedCount(c, o.Optimizer)
-	size := "?"
-	if st, err := os.Stat(o.Out); err == nil {
-		size = formatSize(st.Size())
+	if o.Output == outputJSON {
+		return writeJSON(o.IO.Out, res)
 	}
 	_, err = fmt.Fprintf(o.IO.Out, "exported %s (step %d) to %s: %d tensor(s), %d elements, %s as %s\n",
-		filepath.Base(c.Dir), c.Step(), o.Out, tensors, elems, size, dtype)
+		filepath.Base(res.Checkpoint), res.Step, res.Path, res.Tensors, res.Elements, formatSize(res.Bytes), res.DType)
 	return err
-}
-
-// exportedCount is how many tensors and elements Export wrote.
-func exportedCount(c *ckpt.Checkpoint, optimizer bool) (tensors int, elems int64) {
-	for _, t := range c.Manifest.Tensors {
-		if !optimizer && strings.HasPrefix(t.Name, ckpt.OptimizerPrefix) {
-			continue
-		}
-		tensors++
-		for _, s := range t.Shards {
-			elems += int64(s.Len)
-		}
-	}
-	return tensors, elems
 }

@@ -166,6 +166,50 @@ func TestCkptVerify(t *testing.T) {
 	if code, out, _ = runMain(t, "ckpt", "verify", root); code != ExitOK || strings.Count(out, "valid (") != 2 {
 		t.Errorf("verify a valid root: exit %d:\n%s", code, out)
 	}
+	if code, doc := verifyJSON(t, root); code != ExitOK || !doc.Valid || len(doc.Checkpoints) != 2 {
+		t.Errorf("verify -o json a valid root: exit %d, %+v", code, doc)
+	}
+}
+
+// TestCkptVerifyJSON: verify -o json prints one document with every
+// checkpoint's verdict and exits as the text form does.
+func TestCkptVerifyJSON(t *testing.T) {
+	root := ckptRoot(t)
+	code, doc := verifyJSON(t, root)
+	if code != ExitFailure || doc.Valid || doc.Path != root || len(doc.Checkpoints) != 4 {
+		t.Fatalf("verify -o json: exit %d, %+v", code, doc)
+	}
+	for i, valid := range []bool{true, true, false, false} {
+		c := doc.Checkpoints[i]
+		if c.Valid != valid || (c.Reason == "") != valid || c.Step != int64(100*(i+1)) {
+			t.Errorf("checkpoint %d: %+v, want valid %v", i, c, valid)
+		}
+	}
+	if code, doc = verifyJSON(t, filepath.Join(root, "step-00000100")); code != ExitOK || !doc.Valid || len(doc.Checkpoints) != 1 {
+		t.Errorf("verify -o json a valid step: exit %d, %+v", code, doc)
+	}
+}
+
+// verifyJSON runs ckpt verify -o json on path and decodes its document.
+func verifyJSON(t *testing.T, path string) (int, verifyDoc) {
+	t.Helper()
+	code, out, _ := runMain(t, "ckpt", "verify", "-o", "json", path)
+	var doc verifyDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("ckpt verify -o json %s: exit %d, %v:\n%s", path, code, err, out)
+	}
+	return code, doc
+}
+
+// verifyDoc is ckpt verify's JSON document.
+type verifyDoc struct {
+	Path        string
+	Valid       bool
+	Checkpoints []struct {
+		Step   int64
+		Valid  bool
+		Reason string
+	}
 }
 
 // TestCkptExport exports a root's latest valid checkpoint (warning about
@@ -175,7 +219,7 @@ func TestCkptExport(t *testing.T) {
 	root := ckptRoot(t)
 	out := filepath.Join(t.TempDir(), "model.safetensors")
 
-	code, stdout, stderr := runMain(t, "ckpt", "export", root, "-o", out)
+	code, stdout, stderr := runMain(t, "ckpt", "export", root, "--out", out)
 	if code != ExitOK || !strings.HasPrefix(stdout, "exported step-00000200 (step 200) to "+out+": 1 tensor(s), 12 elements, ") ||
 		!strings.Contains(stderr, "gtrain: warning: ckpt: skipping step-00000400: no manifest.json") ||
 		!strings.Contains(stderr, "gtrain: warning: ckpt: skipping step-00000300: rank-00001.safetensors: sha256 mismatch") {
@@ -183,14 +227,30 @@ func TestCkptExport(t *testing.T) {
 	}
 	checkExported(t, out, 200, "F32", []string{"transformer.wte.weight"})
 
-	code, stdout, stderr = runMain(t, "ckpt", "export", filepath.Join(root, "step-00000100"), "-o", out, "--dtype", "bf16", "--optimizer")
+	code, stdout, stderr = runMain(t, "ckpt", "export", filepath.Join(root, "step-00000100"), "--out", out, "--dtype", "bf16", "--optimizer")
 	if code != ExitOK || stderr != "" || !strings.Contains(stdout, "2 tensor(s), 24 elements") || !strings.HasSuffix(stdout, " as BF16\n") {
 		t.Fatalf("export a step as bf16: exit %d\nstdout %q\nstderr %q", code, stdout, stderr)
 	}
 	checkExported(t, out, 100, "BF16", []string{"optimizer.exp_avg.transformer.wte.weight", "transformer.wte.weight"})
 
+	code, stdout, _ = runMain(t, "ckpt", "export", root, "--out", out, "--dtype", "F16", "-o", "json")
+	var doc struct {
+		Checkpoint, Path, DType string
+		Step, Elements, Bytes   int64
+		Tensors                 int
+	}
+	fi, err := os.Stat(out)
+	if jerr := json.Unmarshal([]byte(stdout), &doc); code != ExitOK || jerr != nil || err != nil {
+		t.Fatalf("export -o json: exit %d, %v, %v:\n%s", code, jerr, err, stdout)
+	}
+	if doc.Checkpoint != filepath.Join(root, "step-00000200") || doc.Path != out || doc.DType != "F16" ||
+		doc.Step != 200 || doc.Tensors != 1 || doc.Elements != 12 || doc.Bytes != fi.Size() {
+		t.Errorf("export -o json: %+v; file of %d bytes", doc, fi.Size())
+	}
+	checkExported(t, out, 200, "F16", []string{"transformer.wte.weight"})
+
 	bad := filepath.Join(t.TempDir(), "bad.safetensors")
-	code, _, stderr = runMain(t, "ckpt", "export", filepath.Join(root, "step-00000300"), "-o", bad)
+	code, _, stderr = runMain(t, "ckpt", "export", filepath.Join(root, "step-00000300"), "--out", bad)
 	if _, err := os.Stat(bad); code != ExitFailure || err == nil ||
 		!strings.HasPrefix(stderr, "gtrain: ckpt export: ckpt: verify step-00000300/rank-00001.safetensors: sha256 mismatch") {
 		t.Errorf("export a corrupted step: exit %d, stderr %q, file: %v", code, stderr, err)
@@ -200,10 +260,11 @@ func TestCkptExport(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{[]string{root}, ExitUsage, "ckpt export: -o FILE is required"},
-		{[]string{root, "-o", bad, "--dtype", "int8"}, ExitUsage, `--dtype: dtype "int8": want f32, bf16 or f16`},
-		{[]string{filepath.Join(root, "none"), "-o", bad}, ExitUsage, "none: no such directory"},
-		{[]string{t.TempDir(), "-o", bad}, ExitFailure, "ckpt export: ckpt: no valid checkpoint in "},
+		{[]string{root}, ExitUsage, "ckpt export: --out FILE is required"},
+		{[]string{root, "--out", bad, "--dtype", "int8"}, ExitUsage, `--dtype: unknown dtype "int8" (want float32, bfloat16 or float16)`},
+		{[]string{filepath.Join(root, "none"), "--out", bad}, ExitUsage, "none: no such directory"},
+		{[]string{t.TempDir(), "--out", bad}, ExitFailure, "ckpt export: ckpt: no valid checkpoint in "},
+		{[]string{root, "-o", bad}, ExitUsage, `invalid argument "` + bad + `" for "-o, --output" flag: want text or json`},
 	} {
 		code, _, stderr := runMain(t, append([]string{"ckpt", "export"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(stderr, tc.reason) {

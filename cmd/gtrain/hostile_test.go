@@ -117,7 +117,7 @@ func hostileCases() []hostile {
 		)
 	}
 	// gtrain resume, ckpt: a directory is expected.
-	for _, cmd := range [][]string{{"resume"}, {"ckpt", "ls"}, {"ckpt", "verify"}, {"ckpt", "export", "-o", "out.safetensors"}} {
+	for _, cmd := range [][]string{{"resume"}, {"ckpt", "ls"}, {"ckpt", "verify"}, {"ckpt", "export", "--out", "out.safetensors"}} {
 		what := strings.Join(cmd, " ")
 		add(
 			hostile{name: what + " /dev/zero", args: append(slices.Clone(cmd), "/dev/zero"), code: 2, stderr: oneUsage},
@@ -138,9 +138,9 @@ func hostileCases() []hostile {
 	add(
 		hostile{name: "ckpt verify interrupted while hashing", args: []string{"ckpt", "verify", step}, interrupt: reading, code: 130, stderr: interrupted},
 		hostile{name: "ckpt ls interrupted while hashing", args: []string{"ckpt", "ls", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
-		hostile{name: "ckpt export interrupted while verifying", args: []string{"ckpt", "export", bigCkpt, "-o", "out.safetensors"},
+		hostile{name: "ckpt export interrupted while verifying", args: []string{"ckpt", "export", bigCkpt, "--out", "out.safetensors"},
 			interrupt: reading, code: 130, stderr: interrupted},
-		hostile{name: "ckpt export interrupted while writing", args: []string{"ckpt", "export", step, "-o", "out.safetensors"},
+		hostile{name: "ckpt export interrupted while writing", args: []string{"ckpt", "export", step, "--out", "out.safetensors"},
 			interrupt: "fd:.out.safetensors.tmp-*", code: 130, stderr: interrupted},
 		hostile{name: "resume interrupted while verifying", args: []string{"resume", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
 		hostile{name: "run into a used checkpoint.dir interrupted while verifying", args: []string{"run", "--set", "checkpoint.dir=" + bigCkpt},

@@ -7,37 +7,50 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/internal/atomicfile"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // ExportOptions choose what Export writes.
 type ExportOptions struct {
-	// DType is the element type of the exported tensors: "F32" (the
-	// default), "BF16" or "F16", in any spelling ParseDType accepts. Narrow
-	// types round to nearest, ties to even, as PyTorch's .to() does.
-	DType string
+	// DType is the element type of the exported tensors: comm.Float32 (the
+	// default, also for the zero DType), comm.BFloat16 or comm.Float16.
+	// Narrow types round as engine/comm's conversions do: to nearest, ties to
+	// even, as PyTorch's .to() does.
+	DType comm.DType
 	// Optimizer exports the optimizer state too (the tensors named
 	// OptimizerPrefix + ...); by default only the model parameters.
 	Optimizer bool
 }
 
-// ParseDType returns the safetensors name (F32, BF16 or F16) of an export
-// element type: f32, float32, fp32, bf16, bfloat16, f16, float16, fp16 or
-// half, in any case; "" is F32.
-func ParseDType(s string) (string, error) {
-	switch strings.ToLower(s) {
-	case "", "f32", "float32", "fp32":
+// Exported describes the file an export wrote.
+type Exported struct {
+	Checkpoint string `json:"checkpoint"` // the step directory exported
+	Step       int64  `json:"step"`
+	Path       string `json:"path"` // the safetensors file written
+	Tensors    int    `json:"tensors"`
+	Elements   int64  `json:"elements"`
+	Bytes      int64  `json:"bytes"` // the file's size
+	DType      string `json:"dtype"` // the safetensors name of its element type: F32, BF16 or F16
+}
+
+// safetensorsDType is the safetensors name of dt; the zero DType is F32.
+func safetensorsDType(dt comm.DType) (string, error) {
+	switch dt {
+	case 0, comm.Float32:
 		return "F32", nil
-	case "bf16", "bfloat16":
+	case comm.BFloat16:
 		return "BF16", nil
-	case "f16", "float16", "fp16", "half":
+	case comm.Float16:
 		return "F16", nil
 	}
-	return "", fmt.Errorf("dtype %q: want f32, bf16 or f16", s)
+	return "", fmt.Errorf("%v: want f32, bf16 or f16", dt)
 }
 
 // Export writes the full tensors of checkpoint c to one safetensors file
@@ -47,13 +60,20 @@ func ParseDType(s string) (string, error) {
 // it stops within a MiB, with an error wrapping ctx's cause, and leaves out
 // as it was and no temporary file.
 func Export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) error {
-	fail := func(err error) error {
-		return fmt.Errorf("ckpt: export %s to %s: %w", filepath.Base(c.Dir), out, err)
+	_, err := export(ctx, c, out, opts)
+	return err
+}
+
+// export is Export, saying what it wrote.
+func export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) (Exported, error) {
+	fail := func(err error) (Exported, error) {
+		return Exported{}, fmt.Errorf("ckpt: export %s to %s: %w", filepath.Base(c.Dir), out, err)
 	}
-	dtype, err := ParseDType(opts.DType)
+	dtype, err := safetensorsDType(opts.DType)
 	if err != nil {
 		return fail(err)
 	}
+	res := Exported{Checkpoint: c.Dir, Step: c.Step(), Path: out, DType: dtype}
 	var sel []TensorIndex
 	for _, t := range c.Manifest.Tensors {
 		if opts.Optimizer || !strings.HasPrefix(t.Name, OptimizerPrefix) {
@@ -66,12 +86,14 @@ func Export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) 
 	entries := make([]Entry, len(sel))
 	for i, t := range sel {
 		entries[i] = Entry{Name: t.Name, DType: dtype, Shape: t.Shape}
+		res.Elements += int64(sumLens(t.Shards))
 	}
-	layoutEntries(entries, func(i int) int { return sumLens(sel[i].Shards) })
+	data := layoutEntries(entries, func(i int) int { return sumLens(sel[i].Shards) })
 	header, err := encodeHeader(entries, map[string]string{"format": "pt", "gtrain.step": strconv.FormatInt(c.Step(), 10)})
 	if err != nil {
 		return fail(err)
 	}
+	res.Tensors, res.Bytes = len(sel), int64(len(header))+data
 	if ctx.Err() != nil { // before the temporary file is created
 		return fail(context.Cause(ctx))
 	}
@@ -82,7 +104,7 @@ func Export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) 
 		}
 		for _, t := range sel {
 			for _, s := range t.Shards { // in offset order, tiling the tensor
-				if err := c.copyEntry(ctx, w, s, t.Name, dtype); err != nil {
+				if err := c.copyEntry(ctx, w, s, t.Name, opts.DType); err != nil {
 					return err
 				}
 			}
@@ -92,7 +114,7 @@ func Export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) 
 	if err != nil {
 		return fail(err)
 	}
-	return nil
+	return res, nil
 }
 
 func sumLens(shards []ShardRef) int {
@@ -105,7 +127,7 @@ func sumLens(shards []ShardRef) int {
 
 // copyEntry writes shard s of tensor name to w as dtype, a chunk at a time,
 // until ctx ends: then it returns ctx's cause.
-func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, name, dtype string) error {
+func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, name string, dtype comm.DType) error {
 	fail := func(err error) error { return fmt.Errorf("read %s: tensor %q: %w", s.File, name, err) }
 	h, e, err := c.entry(s.File, name)
 	if err != nil {
@@ -120,6 +142,10 @@ func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, nam
 	}
 	defer f.Close()
 	floats := make([]float32, min(s.Len, chunkElems))
+	var halves []uint16 // the 16-bit encodings, before their bytes
+	if dtype.Size() == 2 {
+		halves = make([]uint16, len(floats))
+	}
 	var enc []byte
 	for off, left := h.DataStart+e.Begin, s.Len; left > 0; {
 		if ctx.Err() != nil {
@@ -132,7 +158,7 @@ func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, nam
 		if testHookChunk != nil {
 			testHookChunk()
 		}
-		enc = encodeAs(enc[:0], floats[:n], dtype)
+		enc = encodeAs(enc[:0], halves, floats[:n], dtype)
 		if _, err := w.Write(enc); err != nil {
 			return err
 		}
@@ -141,62 +167,60 @@ func (c *Checkpoint) copyEntry(ctx context.Context, w io.Writer, s ShardRef, nam
 	return nil
 }
 
-// encodeAs appends src to dst as little-endian F32, BF16 or F16.
-func encodeAs(dst []byte, src []float32, dtype string) []byte {
+// encodeAs appends src to dst as little-endian F32, BF16 or F16, rounded by
+// engine/comm's conversions (the collectives' own, tested against the IEEE
+// rules); halves is scratch of at least len(src) for the 16-bit types.
+func encodeAs(dst []byte, halves []uint16, src []float32, dtype comm.DType) []byte {
 	switch dtype {
-	case "BF16":
-		for _, f := range src {
-			dst = binary.LittleEndian.AppendUint16(dst, bf16FromF32(f))
-		}
-	case "F16":
-		for _, f := range src {
-			dst = binary.LittleEndian.AppendUint16(dst, f16FromF32(f))
-		}
+	case comm.BFloat16:
+		comm.EncodeBF16(halves, src)
+	case comm.Float16:
+		comm.EncodeF16(halves, src)
 	default:
-		dst = f32Bytes(dst, src)
+		return f32Bytes(dst, src)
+	}
+	for _, h := range halves[:len(src)] {
+		dst = binary.LittleEndian.AppendUint16(dst, h)
 	}
 	return dst
 }
 
-// The conversions round to nearest, ties to even, keep NaN a (quiet) NaN
-// and overflow to ±Inf, as IEEE 754 and PyTorch do. They are engine/comm's
-// scalar ones, repeated so that checkpoints do not depend on the collective
-// library; a test checks that the two agree.
-
-// bf16FromF32 rounds f to the nearest bfloat16.
-func bf16FromF32(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN: rounding could carry it into Inf
-		return uint16(b>>16) | 0x40
-	}
-	// Adding 0x7fff plus the lowest kept bit rounds the dropped half to
-	// nearest-even; a carry propagates into the exponent (up to Inf).
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+// ExportRequest is an export of a checkpoint the user named to a command.
+type ExportRequest struct {
+	Op   string // the command, first in its errors: "ckpt export"
+	From string // a step directory, or a root: its newest valid checkpoint
+	To   string // the safetensors file to write
+	ExportOptions
+	Warn func(string) // hears of the newer, invalid checkpoints of a root passed over; may be nil
 }
 
-// f16FromF32 rounds f to the nearest IEEE binary16.
-func f16FromF32(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	e, man := b>>23&0xff, b&0x7fffff
+// ExportPath finds, verifies and exports (see Export) the checkpoint r
+// names, and says what it wrote. A destination that is no regular file is
+// refused before the checkpoint is read, which can take minutes, and a From
+// that is no directory too, both as usage errors. When ctx ends, the error
+// is ctx's cause alone, and nothing is written.
+func ExportPath(ctx context.Context, r ExportRequest) (Exported, error) {
+	var nr *atomicfile.NotRegularError
+	if _, err := atomicfile.Resolve(r.To); errors.As(err, &nr) {
+		return Exported{}, usage.Errorf("%s: %v", r.Op, err)
+	}
+	target, err := ResolveArg(r.Op, r.From)
+	if err != nil {
+		return Exported{}, err
+	}
+	c, err := target.Load(ctx, r.Warn)
+	var inv *InvalidError
 	switch {
-	case e-113 < 30: // a normal float16, or rounds up to Inf
-		a := b&0x7fffffff - 112<<23 // rebias the exponent from 127 to 15
-		return sign | uint16((a+0xfff+(a>>13)&1)>>13)
-	case e == 0xff && man != 0: // NaN
-		return sign | 0x7e00 | uint16(man>>13)
-	case e >= 143: // Inf, or |f| >= 2^16
-		return sign | 0x7c00
-	case e < 102: // |f| < 2^-25, half the smallest subnormal: ±0
-		return sign
+	case err != nil && ctx.Err() != nil:
+		return Exported{}, context.Cause(ctx)
+	case errors.As(err, &inv):
+		return Exported{}, fmt.Errorf("%s: %w; %s", r.Op, err, invalidHint)
+	case err != nil:
+		return Exported{}, fmt.Errorf("%s: %w", r.Op, err)
 	}
-	// |f| in [2^-25, 2^-14): a subnormal, in units of 2^-24.
-	m := man | 0x800000
-	shift := 126 - e
-	r := m >> shift
-	rem, half := m&(1<<shift-1), uint32(1)<<(shift-1)
-	if rem > half || rem == half && r&1 == 1 {
-		r++ // may become 0x400, the smallest normal: still the right encoding
+	res, err := export(ctx, c, r.To, r.ExportOptions)
+	if err != nil {
+		return Exported{}, interruptedOr(ctx, err)
 	}
-	return sign | uint16(r)
+	return res, nil
 }

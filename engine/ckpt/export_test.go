@@ -42,15 +42,16 @@ func readExport(t *testing.T, path string) (map[string]exported, map[string]stri
 	return out, h.Metadata
 }
 
-// wantBits is t's elements as dtype would store them.
+// wantBits is t's elements as dtype would store them, rounded by
+// engine/comm's scalar conversions (the export uses its slice forms).
 func wantBits(data []float32, dtype string) []uint32 {
 	out := make([]uint32, len(data))
 	for i, f := range data {
 		switch dtype {
 		case "BF16":
-			out[i] = uint32(bf16FromF32(f))
+			out[i] = uint32(comm.BF16FromFloat32(f))
 		case "F16":
-			out[i] = uint32(f16FromF32(f))
+			out[i] = uint32(comm.F16FromFloat32(f))
 		default:
 			out[i] = math.Float32bits(f)
 		}
@@ -65,14 +66,14 @@ func TestExport(t *testing.T) {
 	mustWrite(t, root, 42, 3, 0)
 	c, err := Latest(t.Context(), root, nil)
 	must(t, err)
-	for _, dtype := range []string{"f32", "BF16", "float16"} {
+	for dt, want := range map[comm.DType]string{0: "F32", comm.Float32: "F32", comm.BFloat16: "BF16", comm.Float16: "F16"} {
+		dtype := dt.String()
 		for _, opt := range []bool{false, true} {
 			out := filepath.Join(t.TempDir(), "model.safetensors")
-			if err := Export(t.Context(), c, out, ExportOptions{DType: dtype, Optimizer: opt}); err != nil {
+			if err := Export(t.Context(), c, out, ExportOptions{DType: dt, Optimizer: opt}); err != nil {
 				t.Fatal(err)
 			}
 			got, meta := readExport(t, out)
-			want, _ := ParseDType(dtype)
 			if meta["format"] != "pt" || meta["gtrain.step"] != "42" {
 				t.Errorf("%s: metadata %v", dtype, meta)
 			}
@@ -113,7 +114,7 @@ func TestExportRefuses(t *testing.T) {
 		opts   ExportOptions
 		reason string
 	}{
-		{filepath.Join(out, "a.safetensors"), ExportOptions{DType: "int8"}, `dtype "int8": want f32, bf16 or f16`},
+		{filepath.Join(out, "a.safetensors"), ExportOptions{DType: comm.DType(9)}, `dtype(9): want f32, bf16 or f16`},
 		{filepath.Join(out, "b.safetensors"), ExportOptions{}, "no tensors to export"},
 		{filepath.Join(out, "no", "such", "dir.safetensors"), ExportOptions{Optimizer: true}, "no such file or directory"},
 	} {
@@ -127,27 +128,39 @@ func TestExportRefuses(t *testing.T) {
 	}
 }
 
-// TestConversionsMatchComm: the export's rounding is engine/comm's, which
-// is tested against the IEEE rules, on special values and a sweep of bit
-// patterns.
-func TestConversionsMatchComm(t *testing.T) {
-	check := func(b uint32) {
-		f := math.Float32frombits(b)
-		if got, want := bf16FromF32(f), comm.BF16FromFloat32(f); got != want {
-			t.Fatalf("bf16(%#08x) = %#04x, comm says %#04x", b, got, want)
-		}
-		if got, want := f16FromF32(f), comm.F16FromFloat32(f); got != want {
-			t.Fatalf("f16(%#08x) = %#04x, comm says %#04x", b, got, want)
-		}
-	}
-	for _, f := range specialValues() {
-		check(math.Float32bits(f))
-	}
-	check(0x7fc00001) // NaNs
-	check(0xff800001)
+// TestExportRounding: the 16-bit exports hold exactly engine/comm's
+// scalar rounding of every element (ties, subnormals, overflow, NaNs and a
+// sweep of bit patterns), whole vectors and tails alike: a tensor of an odd
+// length split at an odd offset between two ranks.
+func TestExportRounding(t *testing.T) {
+	data := append(specialValues(), math.Float32frombits(0x7fc00001), math.Float32frombits(0xff800001), math.Float32frombits(0x7f800001))
 	r := rand.New(rand.NewPCG(1, 2))
-	for b := uint64(0); b < 1<<32; b += 4093 + uint64(r.IntN(64)) {
-		check(uint32(b))
+	for len(data) < 4099 {
+		data = append(data, math.Float32frombits(r.Uint32()))
+	}
+	root := t.TempDir()
+	var files []File
+	for rank, span := range [][2]int{{0, 1001}, {1001, len(data)}} {
+		f, err := WriteShard(root, 1, rank, []Tensor{{Name: "w", Shape: []int{len(data)}, Offset: span[0], Data: data[span[0]:span[1]]}}, nil)
+		must(t, err)
+		files = append(files, f)
+	}
+	must(t, Commit(root, Manifest{Step: 1, Layout: Layout{2, 2, 1, 1, 1}, Files: files}, 0, nil))
+	c, err := Latest(t.Context(), root, nil)
+	must(t, err)
+	for _, dt := range []comm.DType{comm.Float32, comm.BFloat16, comm.Float16} {
+		out := filepath.Join(t.TempDir(), "w.safetensors")
+		must(t, Export(t.Context(), c, out, ExportOptions{DType: dt}))
+		got, _ := readExport(t, out)
+		want := wantBits(data, got["w"].dtype)
+		if len(got["w"].bits) != len(want) {
+			t.Fatalf("%v: %d elements, want %d", dt, len(got["w"].bits), len(want))
+		}
+		for i, b := range got["w"].bits {
+			if b != want[i] {
+				t.Fatalf("%v: element %d (%#08x) is %#x, comm rounds it to %#x", dt, i, math.Float32bits(data[i]), b, want[i])
+			}
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/internal/proctest"
 )
 
@@ -66,8 +67,8 @@ func TestExportReadByPyTorch(t *testing.T) {
 	must(t, err)
 	out := t.TempDir()
 	var paths []string
-	for _, dtype := range []string{"F32", "BF16", "F16"} {
-		p := filepath.Join(out, dtype+".safetensors")
+	for _, dtype := range []comm.DType{comm.Float32, comm.BFloat16, comm.Float16} {
+		p := filepath.Join(out, dtype.String()+".safetensors")
 		must(t, Export(t.Context(), c, p, ExportOptions{DType: dtype, Optimizer: true}))
 		paths = append(paths, p)
 	}
