@@ -16,18 +16,9 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/rendezvous"
-)
-
-// The variables Init reads besides the torchrun contract (RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE). The agent sets the store's; the others are
-// for users.
-const (
-	EnvStoreAddr       = rendezvous.EnvStoreAddr
-	EnvStoreSecretFile = rendezvous.EnvStoreSecretFile
-	EnvCommAddr        = "GTRAIN_COMM_ADDR"   // address peers dial for TCP links (default: see Init)
-	EnvNoSHM           = "GTRAIN_COMM_NO_SHM" // "1": TCP even between ranks of one host
 )
 
 // maxSecretFile bounds what is read of the store secret file: the agent
@@ -46,12 +37,15 @@ type Env struct {
 	Attempt                   int
 	StoreAddr                 string
 	Secret                    []byte
-	CommAddr                  string // EnvCommAddr; empty for the default
+	CommAddr                  string // rankenv.CommAddr; empty for the default
 	NoSHM                     bool
 }
 
 // FromEnv reads Env from the process environment (getenv is os.Getenv in
-// production). An error names the variable and says how to get it.
+// production): the torchrun contract (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE), the store's address and secret file the agent sets,
+// and the user's rankenv.CommAddr and rankenv.NoSHM. An error names the
+// variable and says how to get it.
 func FromEnv(getenv func(string) string) (Env, error) {
 	var e Env
 	var errs []error
@@ -67,33 +61,33 @@ func FromEnv(getenv func(string) string) (Env, error) {
 			*dst = n
 		}
 	}
-	num("RANK", &e.Rank, 0)
-	num("WORLD_SIZE", &e.WorldSize, 1)
-	num("LOCAL_RANK", &e.LocalRank, 0)
-	num("LOCAL_WORLD_SIZE", &e.LocalWorldSize, 1)
-	e.Host, e.RunID = getenv("GTRAIN_HOST"), getenv("GTRAIN_RUN_ID")
-	if v := getenv("GTRAIN_ATTEMPT"); v != "" {
+	num(rankenv.Rank, &e.Rank, 0)
+	num(rankenv.WorldSize, &e.WorldSize, 1)
+	num(rankenv.LocalRank, &e.LocalRank, 0)
+	num(rankenv.LocalWorldSize, &e.LocalWorldSize, 1)
+	e.Host, e.RunID = getenv(rankenv.Host), getenv(rankenv.GtrainRunID)
+	if v := getenv(rankenv.Attempt); v != "" {
 		e.Attempt, _ = strconv.Atoi(v)
 	}
-	e.StoreAddr = getenv(EnvStoreAddr)
-	file := getenv(EnvStoreSecretFile)
+	e.StoreAddr = getenv(rankenv.StoreAddr)
+	file := getenv(rankenv.StoreSecretFile)
 	switch {
 	case e.StoreAddr == "":
-		errs = append(errs, fmt.Errorf("%s is not set", EnvStoreAddr))
+		errs = append(errs, fmt.Errorf("%s is not set", rankenv.StoreAddr))
 	case file == "":
-		errs = append(errs, fmt.Errorf("%s is not set", EnvStoreSecretFile))
+		errs = append(errs, fmt.Errorf("%s is not set", rankenv.StoreSecretFile))
 	default:
 		s, err := userfile.ReadRegular(file, maxSecretFile)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", EnvStoreSecretFile, err))
+			errs = append(errs, fmt.Errorf("%s: %w", rankenv.StoreSecretFile, err))
 		}
 		e.Secret = s
 	}
 	if len(errs) == 0 && e.Rank >= e.WorldSize {
-		errs = append(errs, fmt.Errorf("RANK %d is not below WORLD_SIZE %d", e.Rank, e.WorldSize))
+		errs = append(errs, fmt.Errorf("%s %d is not below %s %d", rankenv.Rank, e.Rank, rankenv.WorldSize, e.WorldSize))
 	}
-	e.CommAddr = getenv(EnvCommAddr)
-	e.NoSHM = getenv(EnvNoSHM) == "1"
+	e.CommAddr = getenv(rankenv.CommAddr)
+	e.NoSHM = getenv(rankenv.NoSHM) == "1"
 	if err := errors.Join(errs...); err != nil {
 		return Env{}, fmt.Errorf("dist: not a rank of a gtrain job (run it with gtrain run): %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/rendezvous"
 )
 
@@ -25,7 +26,7 @@ func TestFromEnv(t *testing.T) {
 	good := map[string]string{
 		"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
 		"GTRAIN_HOST": "worker-1", "GTRAIN_RUN_ID": "job", "GTRAIN_ATTEMPT": "2",
-		EnvStoreAddr: "10.1.2.3:4711", EnvStoreSecretFile: secret, EnvCommAddr: "10.9.9.9", EnvNoSHM: "1",
+		rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret, rankenv.CommAddr: "10.9.9.9", rankenv.NoSHM: "1",
 	}
 	e, err := FromEnv(envMap(good))
 	if err != nil {
@@ -59,9 +60,9 @@ func TestFromEnv(t *testing.T) {
 		{with("RANK", "x"), `RANK="x" is not a number >= 0`},
 		{with("WORLD_SIZE", "0"), `WORLD_SIZE="0" is not a number >= 1`},
 		{with("RANK", "4"), "RANK 4 is not below WORLD_SIZE 4"},
-		{with(EnvStoreAddr, ""), EnvStoreAddr + " is not set"},
-		{with(EnvStoreSecretFile, ""), EnvStoreSecretFile + " is not set"},
-		{with(EnvStoreSecretFile, "/nonexistent/secret"), "/nonexistent/secret"},
+		{with(rankenv.StoreAddr, ""), rankenv.StoreAddr + " is not set"},
+		{with(rankenv.StoreSecretFile, ""), rankenv.StoreSecretFile + " is not set"},
+		{with(rankenv.StoreSecretFile, "/nonexistent/secret"), "/nonexistent/secret"},
 	} {
 		_, err := FromEnv(envMap(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "run it with gtrain run") {
@@ -97,12 +98,12 @@ func TestFromEnvSecretBounded(t *testing.T) {
 		{"/dev/zero", "/dev/zero: not a regular file"},
 	} {
 		env := map[string]string{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-			EnvStoreAddr: "127.0.0.1:1", EnvStoreSecretFile: tt.path}
+			rankenv.StoreAddr: "127.0.0.1:1", rankenv.StoreSecretFile: tt.path}
 		done := make(chan error, 1)
 		go func() { _, err := FromEnv(envMap(env)); done <- err }()
 		select {
 		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), EnvStoreSecretFile+": "+tt.want) {
+			if err == nil || !strings.Contains(err.Error(), rankenv.StoreSecretFile+": "+tt.want) {
 				t.Errorf("FromEnv with the secret in %s: %v, want an error saying %q", tt.path, err, tt.want)
 			}
 		case <-time.After(30 * time.Second): // a backstop: it must not block at all
