@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -12,9 +13,9 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
-	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // DefaultRole is the role name every rank gets (torchrun's default).
@@ -78,12 +79,12 @@ type Rank struct {
 // contractVars are the variables gtrain sets for every rank; --env may not
 // override them.
 var contractVars = []string{
-	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-	"ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-	"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-	"GTRAIN_RUN_ID", "GTRAIN_HOST", "GTRAIN_SLOT", "GTRAIN_ATTEMPT", "GTRAIN_STATUS_FD",
-	rendezvous.EnvStoreAddr, rendezvous.EnvStoreSecretFile,
+	rankenv.Rank, rankenv.LocalRank, rankenv.WorldSize, rankenv.LocalWorldSize,
+	rankenv.GroupRank, rankenv.GroupWorldSize, rankenv.RoleRank, rankenv.RoleName, rankenv.RoleWorldSize,
+	rankenv.MasterAddr, rankenv.MasterPort,
+	rankenv.RestartCount, rankenv.MaxRestarts, rankenv.RunID, rankenv.UseAgentStore, rankenv.ErrorFile,
+	rankenv.GtrainRunID, rankenv.Host, rankenv.Slot, rankenv.Attempt, rankenv.StatusFD,
+	rankenv.StoreAddr, rankenv.StoreSecretFile,
 }
 
 // NewJob resolves o into a Job: it numbers ranks (hosts in order, slots in
@@ -139,16 +140,17 @@ func (p *Job) rankTable(o JobOptions) []Rank {
 	for _, h := range p.Hosts {
 		for local, slot := range h.Slots {
 			r := Rank{Rank: len(ranks), Host: h.Name, Node: h.Node, LocalRank: local, Slot: slot}
-			r.Env = p.rankEnv(r, h, o)
+			r.Env = p.environFor(r, h, o)
 			ranks = append(ranks, r)
 		}
 	}
 	return ranks
 }
 
-// rankEnv is the torchrun environment contract for one rank (attempt 0),
-// plus gtrain's own variables and the user's --env.
-func (p *Job) rankEnv(r Rank, h Host, o JobOptions) map[string]string {
+// environFor is the environment the launcher writes for rank r (attempt
+// 0): the torchrun contract, gtrain's own variables and the user's --env.
+// The engine's ranks read it back (engine/train, engine/dist).
+func (p *Job) environFor(r Rank, h Host, o JobOptions) map[string]string {
 	itoa := strconv.Itoa
 	env := map[string]string{}
 	for _, kv := range o.Env {
@@ -156,26 +158,26 @@ func (p *Job) rankEnv(r Rank, h Host, o JobOptions) map[string]string {
 		env[k] = v
 	}
 	set := map[string]string{
-		"RANK": itoa(r.Rank), "LOCAL_RANK": itoa(r.LocalRank),
-		"WORLD_SIZE": itoa(p.WorldSize), "LOCAL_WORLD_SIZE": itoa(len(h.Slots)),
-		"GROUP_RANK": itoa(h.Node), "GROUP_WORLD_SIZE": itoa(len(p.Hosts)),
-		"ROLE_RANK": itoa(r.Rank), "ROLE_NAME": DefaultRole, "ROLE_WORLD_SIZE": itoa(p.WorldSize),
-		"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": itoa(p.MaxRestarts),
-		"TORCHELASTIC_RUN_ID": p.RunID, "TORCHELASTIC_USE_AGENT_STORE": "False",
-		"GTRAIN_RUN_ID": p.RunID, "GTRAIN_HOST": h.Name, "GTRAIN_SLOT": itoa(r.Slot), "GTRAIN_ATTEMPT": "0",
+		rankenv.Rank: itoa(r.Rank), rankenv.LocalRank: itoa(r.LocalRank),
+		rankenv.WorldSize: itoa(p.WorldSize), rankenv.LocalWorldSize: itoa(len(h.Slots)),
+		rankenv.GroupRank: itoa(h.Node), rankenv.GroupWorldSize: itoa(len(p.Hosts)),
+		rankenv.RoleRank: itoa(r.Rank), rankenv.RoleName: DefaultRole, rankenv.RoleWorldSize: itoa(p.WorldSize),
+		rankenv.RestartCount: "0", rankenv.MaxRestarts: itoa(p.MaxRestarts),
+		rankenv.RunID: p.RunID, rankenv.UseAgentStore: "False",
+		rankenv.GtrainRunID: p.RunID, rankenv.Host: h.Name, rankenv.Slot: itoa(r.Slot), rankenv.Attempt: "0",
 	}
 	if p.MasterAddr != "" {
-		set["MASTER_ADDR"] = p.MasterAddr
+		set[rankenv.MasterAddr] = p.MasterAddr
 	}
 	if p.MasterPort != 0 {
-		set["MASTER_PORT"] = itoa(p.MasterPort)
+		set[rankenv.MasterPort] = itoa(p.MasterPort)
 	}
 	for k, v := range set {
 		env[k] = v
 	}
 	// torchrun sets this for NCCL's watchdog unless the user chose otherwise.
 	if _, ok := env["NCCL_ASYNC_ERROR_HANDLING"]; !ok {
-		env["NCCL_ASYNC_ERROR_HANDLING"] = orDefault(o.Getenv("NCCL_ASYNC_ERROR_HANDLING"), "1")
+		env["NCCL_ASYNC_ERROR_HANDLING"] = cmp.Or(o.Getenv("NCCL_ASYNC_ERROR_HANDLING"), "1")
 	}
 	// torchrun: one OpenMP thread per rank when several share a host and the
 	// user set none, so N ranks do not each spawn a thread per core.
@@ -200,7 +202,7 @@ func (p *Job) RankEnv(r Rank, attempt int) []string {
 	out := make([]string, 0, len(r.Env))
 	for k, v := range r.Env {
 		switch k {
-		case "TORCHELASTIC_RESTART_COUNT", "GTRAIN_ATTEMPT":
+		case rankenv.RestartCount, rankenv.Attempt:
 			v = strconv.Itoa(attempt)
 		}
 		out = append(out, k+"="+v)
@@ -280,13 +282,6 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // Spec is the job spec for the agent of node i in the given attempt.
