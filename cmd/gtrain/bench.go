@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/commbench"
-	"github.com/gtrain/gtrain/engine/dist"
-	"github.com/gtrain/gtrain/internal/usage"
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
 )
@@ -27,25 +23,14 @@ func NewCmdBench(ios *IOStreams, sig *signals) *cobra.Command {
 
 // BenchOptions are the inputs of `gtrain bench collectives`.
 type BenchOptions struct {
-	Run         RunOptions // where the ranks run
-	Collectives []string
-	DType       string
-	Op          string
-	Root        int
-	MinBytes    string
-	MaxBytes    string
-	StepFactor  int64
-	Iters       int
-	Warmup      int
-	Check       bool
-	Algorithm   string
-	Timeout     time.Duration
-	Output      string // text or json
+	Launch LaunchOptions // where the ranks run
+	commbench.Flags
+	Output string // text or json
 }
 
 // NewCmdBenchCollectives is `gtrain bench collectives`.
 func NewCmdBenchCollectives(ios *IOStreams, sig *signals) *cobra.Command {
-	o := &BenchOptions{Run: RunOptions{IO: ios, Signals: sig}}
+	o := &BenchOptions{Launch: LaunchOptions{IO: ios, Signals: sig}}
 	cmd := &cobra.Command{
 		Use:   "collectives [flags]",
 		Short: "Time the built-in collectives across the ranks of a job, nccl-tests style",
@@ -65,24 +50,14 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
   gtrain run --nproc-per-node 4 -- gtrain bench collectives --collectives all`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			if ios.Getenv(dist.EnvStoreAddr) != "" {
-				return benchWorker(cmd.Context(), o, cfg)
-			}
-			if o.Run.Hostfile != "" && !cmd.Flags().Changed("nproc-per-node") {
-				o.Run.NprocPerNode = 1 // the default 2 is for runs on this machine alone
-			}
-			return benchLaunch(cmd.Context(), o)
+			return benchRun(cmd.Context(), o, cmd.Flags().Changed("nproc-per-node"))
 		},
 	}
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
-	addLaunchFlags(f, &o.Run)
+	addLaunchFlags(f, &o.Launch)
 	f.Lookup("nproc-per-node").DefValue = "2"
-	o.Run.NprocPerNode = 2
+	o.Launch.NprocPerNode = 2
 	f.StringSliceVar(&o.Collectives, "collectives", []string{"all_reduce"}, "collectives to time, or all: "+strings.Join(commbench.Collectives, ", "))
 	f.StringVar(&o.DType, "dtype", "float32", "element type: float32, bfloat16 or float16")
 	f.StringVar(&o.Op, "op", "sum", "reduce op: sum, avg, max or min")
@@ -99,77 +74,18 @@ rank measures instead of launching. Sizes take K, M and G (powers of 1024).`,
 	return cmd
 }
 
-// config checks the bench flags and turns them into a commbench.Config.
-func (o *BenchOptions) config() (commbench.Config, error) {
-	usage := func(err error) error { return usage.Errorf("bench collectives: %w", err) }
-	cfg := commbench.Config{Root: o.Root, StepFactor: o.StepFactor, Iters: o.Iters, Warmup: o.Warmup, Check: o.Check}
-	for _, c := range o.Collectives {
-		if c == "all" {
-			cfg.Collectives = append(cfg.Collectives, commbench.Collectives...)
-		} else if !slices.Contains(commbench.Collectives, c) {
-			return cfg, usage(fmt.Errorf("--collectives: unknown collective %q (want all, or some of %s)", c, strings.Join(commbench.Collectives, ", ")))
-		} else {
-			cfg.Collectives = append(cfg.Collectives, c)
-		}
+// benchRun is one rank of the benchmark when a launcher started this
+// process (its job's store is in the environment), else the launcher of
+// its ranks. nprocSet says whether --nproc-per-node was given.
+func benchRun(ctx context.Context, o *BenchOptions, nprocSet bool) error {
+	rc, err := commbench.ParseConfig(o.Flags)
+	if err != nil {
+		return err
 	}
-	var err error
-	if cfg.DType, err = comm.ParseDType(o.DType); err != nil {
-		return cfg, usage(fmt.Errorf("--dtype: %w", err))
+	if o.Launch.IO.Getenv(rankenv.StoreAddr) != "" {
+		return benchRank(ctx, o, rc)
 	}
-	if cfg.Op, err = comm.ParseOp(o.Op); err != nil {
-		return cfg, usage(fmt.Errorf("--op: %w", err))
-	}
-	if cfg.MinBytes, err = parseBytes(o.MinBytes); err != nil {
-		return cfg, usage(fmt.Errorf("--min-bytes: %w", err))
-	}
-	if cfg.MaxBytes, err = parseBytes(o.MaxBytes); err != nil {
-		return cfg, usage(fmt.Errorf("--max-bytes: %w", err))
-	}
-	switch {
-	case cfg.MinBytes < 1 || cfg.MaxBytes < cfg.MinBytes:
-		return cfg, usage(fmt.Errorf("--min-bytes %s and --max-bytes %s: want 1 <= min <= max", o.MinBytes, o.MaxBytes))
-	case cfg.MaxBytes > 16<<30:
-		return cfg, usage(fmt.Errorf("--max-bytes %s: at most 16G", o.MaxBytes))
-	case o.StepFactor < 2:
-		return cfg, usage(fmt.Errorf("--step-factor %d: want 2 or more", o.StepFactor))
-	case o.Iters < 0:
-		return cfg, usage(fmt.Errorf("--iters %d: want 0 (auto) or more", o.Iters))
-	case o.Warmup < -1:
-		return cfg, usage(fmt.Errorf("--warmup %d: want -1 (auto) or more", o.Warmup))
-	case o.Root < 0:
-		return cfg, usage(fmt.Errorf("--root %d: must not be negative", o.Root))
-	case o.Timeout <= 0:
-		return cfg, usage(fmt.Errorf("--timeout %v: must be positive", o.Timeout))
-	}
-	if !slices.Contains([]string{"auto", "ring", "rd", "tree", "direct"}, o.Algorithm) {
-		return cfg, usage(fmt.Errorf("--algorithm %q: want auto, ring, rd, tree or direct", o.Algorithm))
-	}
-	return cfg, nil
-}
-
-// parseBytes reads a size: a number with an optional K, M or G (powers of
-// 1024, with or without "iB" or "B").
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<40)/mult {
-		return 0, fmt.Errorf("%q is not a size (e.g. 4096, 64K, 256M, 1G)", s)
-	}
-	return v * mult, nil
+	return benchLaunch(ctx, o, nprocSet)
 }
 
 // args are the bench flags as the ranks get them: every value explicit,
@@ -189,18 +105,21 @@ func (o *BenchOptions) args() []string {
 
 // benchLaunch starts the ranks, each running the benchmark, and shows rank
 // 0's report as it is, the other ranks' output prefixed.
-func benchLaunch(ctx context.Context, o *BenchOptions) error {
-	o.Run.Command = o.args()
-	o.Run.Output, o.Run.Table = "text", "never"
-	if err := o.Run.check(); err != nil {
+func benchLaunch(ctx context.Context, o *BenchOptions, nprocSet bool) error {
+	nproc := o.Launch.NprocPerNode
+	if o.Launch.Hostfile != "" && !nprocSet {
+		nproc = 1 // the default 2 is for runs on this machine alone
+	}
+	if err := o.Launch.check(nproc); err != nil {
 		return err
 	}
-	plan, err := o.Run.plan(ctx)
+	job, err := o.Launch.job(ctx, ranks{command: o.args(), nproc: nproc})
 	if err != nil {
 		return err
 	}
-	lines := status.NewLines(o.Run.IO.Out, o.Run.IO.Err, len(plan.Hosts) > 1)
-	return execute(ctx, &o.Run, plan, &reportView{View: lines, out: o.Run.IO.Out})
+	ios := o.Launch.IO
+	lines := status.NewLines(ios.Out, ios.Err, len(job.Hosts) > 1)
+	return execute(ctx, &o.Launch, job, &reportView{View: lines, out: ios.Out})
 }
 
 // reportView passes rank 0's stdout through unprefixed (the report), and
@@ -228,39 +147,18 @@ func (v *reportView) Close() error {
 	return v.err
 }
 
-// benchWorker is one rank: connect to the others through the job's store,
-// measure, and (rank 0) print.
-func benchWorker(ctx context.Context, o *BenchOptions, cfg commbench.Config) error {
-	env, err := dist.FromEnv(os.Getenv)
-	if err != nil {
+// benchRank is one rank: it measures with the others (commbench.RunRank)
+// and, on rank 0, prints the report: the text table as results come, or
+// the JSON document at the end.
+func benchRank(ctx context.Context, o *BenchOptions, rc commbench.RankConfig) error {
+	out := o.Launch.IO.Out
+	var table io.Writer
+	if o.Output == outputText {
+		table = out
+	}
+	rep, err := commbench.RunRank(ctx, o.Launch.IO.Getenv, rc, table)
+	if err != nil || rep == nil || o.Output != outputJSON {
 		return err
 	}
-	w, err := dist.Init(ctx, env, dist.Options{Comm: comm.Options{Algorithm: o.Algorithm, Timeout: o.Timeout}})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	rep := commbench.Report{WorldSize: env.WorldSize, Hosts: w.Hosts(), Algorithm: o.Algorithm}
-	out := o.Run.IO.Out
-	tab := commbench.NewTable(out)
-	text := o.Output == "text" && env.Rank == 0
-	if text {
-		tab.Preamble(rep, cfg)
-	}
-	err = commbench.Run(ctx, w.Comm, cfg, func(r commbench.Result) {
-		rep.Results = append(rep.Results, r)
-		if text {
-			tab.Row(r)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	if env.Rank != 0 {
-		return nil
-	}
-	if o.Output == "json" {
-		return writeJSON(out, rep)
-	}
-	return tab.Err()
+	return writeJSON(out, rep)
 }

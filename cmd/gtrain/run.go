@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,18 +14,21 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/enginejob"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
 )
 
-// RunOptions are the inputs of `gtrain run`.
-type RunOptions struct {
+// LaunchOptions are the flags that say where and how a job's ranks run,
+// shared by run, resume and bench collectives, with the command's streams
+// and signals. They are set by flag parsing only: what a command decides
+// besides (the ranks' command, a resume's world size) goes into ranks.
+type LaunchOptions struct {
 	IO      *IOStreams
 	Signals *signals
 
-	Command      []string
 	NprocPerNode int
 	Hostfile     string
 	Filter       hostfiles.Filter
@@ -41,18 +46,26 @@ type RunOptions struct {
 	RdzvBind     string
 	RdzvHost     string
 	JoinTimeout  time.Duration
-	Job          string   // job file of the built-in engine (no command)
-	Sets         []string // key=value overrides of the job
-	Output       string   // text or json
-	Table        string   // auto, always, never
-	DryRun       bool
-	Auto         bool // built-in engine: pick the layout with the planner (auto.go)
+}
+
+// RunOptions are the inputs of `gtrain run`, and of `gtrain resume`, which
+// takes its flags but no command.
+type RunOptions struct {
+	LaunchOptions
+
+	Command []string
+	Job     string   // job file of the built-in engine (no command)
+	Sets    []string // key=value overrides of the job
+	Output  string   // text or json
+	Table   string   // auto, always, never
+	DryRun  bool
+	Auto    bool // built-in engine: pick the layout with the planner (auto.go)
 }
 
 // NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
 // when nil) does the work.
 func NewCmdRun(ios *IOStreams, sig *signals, runF func(context.Context, *RunOptions) error) *cobra.Command {
-	opts := &RunOptions{IO: ios, Signals: sig}
+	opts := &RunOptions{LaunchOptions: LaunchOptions{IO: ios, Signals: sig}}
 	if runF == nil {
 		runF = runRun
 	}
@@ -84,10 +97,10 @@ Flags come before the command; everything from the command on is passed to it.`,
 	// torchrun spells its flags with underscores; accept both spellings.
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
-	addLaunchFlags(f, opts)
+	addLaunchFlags(f, &opts.LaunchOptions)
 	f.StringVar(&opts.Job, "job", "", "YAML job file for the built-in engine (no command; default: the built-in default job)")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the job, e.g. --set optim.lr=3e-4 (repeatable)")
-	addRestartFlag(f, opts)
+	addRestartFlag(f, &opts.LaunchOptions)
 	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
@@ -96,13 +109,13 @@ Flags come before the command; everything from the command on is passed to it.`,
 }
 
 // addRestartFlag adds --max-restarts, shared by run and resume.
-func addRestartFlag(f *pflag.FlagSet, opts *RunOptions) {
+func addRestartFlag(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails or a host is lost, waiting 1s, 2s, 4s, ... (at most 30s) before each; the built-in engine resumes from its newest checkpoint")
 }
 
 // addLaunchFlags adds the flags that say where and how ranks run: shared
 // by run and by the commands that launch their own ranks (bench).
-func addLaunchFlags(f *pflag.FlagSet, opts *RunOptions) {
+func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
 	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
 	f.StringVarP(&opts.Filter.Include, "include", "i", "", "use only these hosts/slots, e.g. worker-0:0,2@worker-1")
@@ -124,50 +137,89 @@ func addLaunchFlags(f *pflag.FlagSet, opts *RunOptions) {
 	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
 }
 
-// runRun resolves the job and runs (or, with --dry-run, prints) it.
+// runRun runs (or, with --dry-run, prints) the job: the command, or a
+// fresh job of the built-in engine when there is none.
 func runRun(ctx context.Context, o *RunOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
 	if len(o.Command) == 0 {
-		spec, err := loadJob(ctx, o.Job, o.Sets)
-		if err != nil {
-			return err
-		}
-		if spec, err = o.autoLayout(ctx, spec); err != nil {
-			return err
-		}
-		return o.launchEngine(ctx, spec)
+		return runEngine(ctx, o)
 	}
-	return o.launch(ctx)
+	return o.launch(ctx, ranks{command: o.Command, nproc: o.NprocPerNode})
 }
 
-// launch resolves the plan and runs it, or with --dry-run prints it.
-func (o *RunOptions) launch(ctx context.Context) error {
-	plan, err := o.plan(ctx)
+// runEngine runs a fresh job of the built-in engine, prepared by
+// enginejob.Fresh, which holds its checkpoint directory until the job ends.
+func runEngine(ctx context.Context, o *RunOptions) error {
+	dir, err := o.workDir()
+	if err != nil {
+		return err
+	}
+	eo := o.engineOptions()
+	eo.Job, eo.Sets, eo.Layout, eo.Dir = o.Job, o.Sets, o.autoLayout, dir
+	j, err := enginejob.Fresh(ctx, eo)
+	if err != nil {
+		return err
+	}
+	defer j.Release()
+	return o.launchEngine(ctx, j)
+}
+
+// engineOptions are the options of a job of the built-in engine that the
+// launch flags set.
+func (o *RunOptions) engineOptions() enginejob.Options {
+	return enginejob.Options{
+		Hostfile: o.Hostfile != "", DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
+		Warn: func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
+	}
+}
+
+// launchEngine says what the built-in engine is about to train and runs
+// its prepared job j.
+func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
+	c := j.Spec.Model.Config
+	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
+		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
+	return o.launch(ctx, ranks{command: j.Command, env: j.Env, runID: j.RunID, nproc: j.Ranks})
+}
+
+// ranks is what a job's ranks run besides the launch flags: the command
+// line's command, or what the built-in engine's preparation decided.
+type ranks struct {
+	command []string
+	env     []string // KEY=VALUE for every rank, after --env-file and --env
+	runID   string   // the job's id when already chosen (a lock names it); "" is --rdzv-id's
+	nproc   int      // ranks on this machine, without a hostfile
+}
+
+// launch resolves the job whose ranks run r and runs it, or with --dry-run
+// prints it.
+func (o *RunOptions) launch(ctx context.Context, r ranks) error {
+	job, err := o.job(ctx, r)
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
-		return printPlan(ctx, o.IO.Out, plan, o.Output)
+		return printPlan(ctx, o.IO.Out, job, o.Output)
 	}
-	return execute(ctx, o, plan, o.view(plan))
+	return execute(ctx, &o.LaunchOptions, job, o.view(job))
 }
 
-// plan resolves hosts, environment and directory into the job's plan.
-func (o *RunOptions) plan(ctx context.Context) (*launch.Job, error) {
-	nodes, fromFile, err := o.nodes(ctx)
+// job resolves hosts, environment and directory into the job whose ranks
+// run r: its launch options are built here, once, from the flags and r.
+func (o *LaunchOptions) job(ctx context.Context, r ranks) (*launch.Job, error) {
+	nodes, fromFile, err := o.nodesFor(ctx, r.nproc)
 	if err != nil {
 		return nil, err
 	}
-	env := o.Env
+	var fileEnv []string
 	if o.EnvFile != "" {
-		fileEnv, err := launch.ReadEnvFile(ctx, o.EnvFile)
-		if err != nil {
+		if fileEnv, err = launch.ReadEnvFile(ctx, o.EnvFile); err != nil {
 			return nil, err
 		}
-		env = append(fileEnv, env...) // --env wins over the file
 	}
+	env := slices.Concat(fileEnv, o.Env, r.env) // --env wins over the file
 	if err := checkEnvSize(len(env), nodes); err != nil {
 		return nil, err
 	}
@@ -176,15 +228,15 @@ func (o *RunOptions) plan(ctx context.Context) (*launch.Job, error) {
 		return nil, err
 	}
 	return launch.NewJob(launch.JobOptions{
-		Nodes: nodes, FromHostfile: fromFile, Command: o.Command,
-		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: o.RunID,
+		Nodes: nodes, FromHostfile: fromFile, Command: r.command,
+		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: cmp.Or(r.runID, o.RunID),
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
 		Dir: dir, Env: env, Forward: launch.ForwardEnv(os.Environ()), Getenv: o.IO.Getenv,
 	})
 }
 
 // workDir is where the ranks run: --chdir, else this directory.
-func (o *RunOptions) workDir() (string, error) {
+func (o *LaunchOptions) workDir() (string, error) {
 	if o.Chdir != "" {
 		return o.Chdir, nil
 	}
@@ -225,8 +277,22 @@ func (o *RunOptions) check() error {
 		return usage.Errorf("run: --auto lays out the built-in engine, which runs when no command is given; drop it or the command %q", o.Command[0])
 	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
 		return usage.Errorf("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
-	case o.NprocPerNode < 1 || o.NprocPerNode > hostfiles.MaxSlotsPerHost:
-		return usage.Errorf("run: --nproc-per-node %d: want 1 to %d ranks on this machine", o.NprocPerNode, hostfiles.MaxSlotsPerHost)
+	}
+	if err := o.LaunchOptions.check(o.NprocPerNode); err != nil {
+		return err
+	}
+	if o.Table != "auto" && o.Table != "always" && o.Table != "never" {
+		return usage.Errorf("run: --table %q: want auto, always or never", o.Table)
+	}
+	return nil
+}
+
+// check validates the launch flags for a job of nproc ranks on this
+// machine (without a hostfile).
+func (o *LaunchOptions) check(nproc int) error {
+	switch {
+	case nproc < 1 || nproc > hostfiles.MaxSlotsPerHost:
+		return usage.Errorf("run: --nproc-per-node %d: want 1 to %d ranks on this machine", nproc, hostfiles.MaxSlotsPerHost)
 	case o.MasterPort < 0 || o.MasterPort > 65535:
 		return usage.Errorf("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
 	case o.MaxRestarts < 0:
@@ -237,26 +303,30 @@ func (o *RunOptions) check() error {
 		return usage.Errorf("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
 	case o.JoinTimeout < 0:
 		return usage.Errorf("run: --join-timeout %v: must not be negative", o.JoinTimeout)
-	case o.Table != "auto" && o.Table != "always" && o.Table != "never":
-		return usage.Errorf("run: --table %q: want auto, always or never", o.Table)
 	}
 	return nil
 }
 
 // nodes returns the hosts and slots to run on: from the hostfile and its
 // filters, or this machine with --nproc-per-node slots.
-func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) {
+func (o *LaunchOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) {
+	return o.nodesFor(ctx, o.NprocPerNode)
+}
+
+// nodesFor returns the hosts and slots to run on: from the hostfile and its
+// filters, or this machine with nproc slots.
+func (o *LaunchOptions) nodesFor(ctx context.Context, nproc int) ([]hostfiles.Node, bool, error) {
 	if o.Hostfile == "" {
 		if o.Filter != (hostfiles.Filter{}) {
 			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
 		}
-		slots := make([]int, o.NprocPerNode)
+		slots := make([]int, nproc)
 		for i := range slots {
 			slots[i] = i
 		}
-		return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: o.NprocPerNode}, SlotIDs: slots}}, false, nil
+		return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: nproc}, SlotIDs: slots}}, false, nil
 	}
-	if o.NprocPerNode != 1 {
+	if nproc != 1 {
 		return nil, false, &usage.Error{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
 	}
 	hosts, err := hostfiles.ReadFile(ctx, o.Hostfile)
@@ -270,8 +340,8 @@ func (o *RunOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) 
 	return nodes, true, nil
 }
 
-// execute runs the plan, showing it in view.
-func execute(ctx context.Context, o *RunOptions, plan *launch.Job, view status.View) error {
+// execute runs the job as the launch flags o say, showing it in view.
+func execute(ctx context.Context, o *LaunchOptions, plan *launch.Job, view status.View) error {
 	local, err := launch.NewLocal()
 	if err != nil {
 		return err

@@ -119,14 +119,42 @@ func (t *Trainer) startingPoint() (*ckpt.Checkpoint, error) {
 		}
 		return c, nil
 	}
-	if c, ok := NewestValid(ctx, dir); ok {
-		return nil, fmt.Errorf("train: checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
-			dir, filepath.Base(c.Dir), dir)
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("train: check checkpoint.dir %s: %w", dir, context.Cause(ctx))
+	err := CheckFresh(ctx, dir)
+	switch {
+	case errors.As(err, new(*UsedDirError)):
+		return nil, fmt.Errorf("train: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("train: check checkpoint.dir %s: %w", dir, err)
 	}
 	return nil, nil
+}
+
+// UsedDirError is a new run's checkpoint directory Dir that already holds
+// a run's checkpoint, in the step directory Step.
+type UsedDirError struct{ Dir, Step string }
+
+func (e *UsedDirError) Error() string {
+	return fmt.Sprintf("checkpoint.dir %s already holds %s of a run: continue it with `gtrain resume %s`, or set another checkpoint.dir",
+		e.Dir, e.Step, e.Dir)
+}
+
+// CheckFresh refuses, with a *UsedDirError, to start a new run in a
+// directory that holds another run's checkpoints: continuing it is
+// `gtrain resume`, and mixing two runs' steps in one directory loses one of
+// them. An absent or empty directory, or one with only unfinished writes,
+// is fresh. Verifying a checkpoint reads all of it: CheckFresh returns
+// context.Cause(ctx) when ctx ends first. The launcher checks before any
+// rank starts, and the ranks again before the first step (a hostfile's
+// hosts may see another directory).
+func CheckFresh(ctx context.Context, dir string) error {
+	c, ok := NewestValid(ctx, dir)
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case ok:
+		return &UsedDirError{Dir: dir, Step: filepath.Base(c.Dir)}
+	}
+	return nil
 }
 
 // resumeFrom loads c. Resumed from an older checkpoint than the newest
