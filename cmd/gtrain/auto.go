@@ -15,7 +15,7 @@ func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spe
 	if !o.Auto {
 		return spec, nil
 	}
-	nodes, _, err := o.nodes(ctx)
+	nodes, _, err := o.Nodes(ctx, o.NprocPerNode)
 	if err != nil {
 		return spec, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/commbench"
 	"github.com/gtrain/gtrain/internal/rankenv"
+	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
 )
@@ -30,7 +31,7 @@ type BenchOptions struct {
 
 // NewCmdBenchCollectives is `gtrain bench collectives`.
 func NewCmdBenchCollectives(ios *IOStreams, sig *signals) *cobra.Command {
-	o := &BenchOptions{Launch: LaunchOptions{IO: ios, Signals: sig}}
+	o := &BenchOptions{Launch: newLaunchOptions(ios, sig)}
 	cmd := &cobra.Command{
 		Use:   "collectives [flags]",
 		Short: "Time the built-in collectives across the ranks of a job, nccl-tests style",
@@ -110,10 +111,10 @@ func benchLaunch(ctx context.Context, o *BenchOptions, nprocSet bool) error {
 	if o.Launch.Hostfile != "" && !nprocSet {
 		nproc = 1 // the default 2 is for runs on this machine alone
 	}
-	if err := o.Launch.check(nproc); err != nil {
+	if err := o.Launch.Check(nproc); err != nil {
 		return err
 	}
-	job, err := o.Launch.job(ctx, ranks{command: o.args(), nproc: nproc})
+	job, err := o.Launch.Resolve(ctx, launch.Workload{Command: o.args(), NprocPerNode: nproc})
 	if err != nil {
 		return err
 	}

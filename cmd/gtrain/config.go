@@ -74,7 +74,7 @@ func applyConfig(cmd *cobra.Command, getenv func(string) string) error {
 	})
 	if len(errs) > 0 {
 		// Every problem at once, on gtrain's one error line.
-		return &usage.Error{Err: errors.New(oneLine(errors.Join(errs...)))}
+		return &usage.Error{Err: errors.New(usage.OneLine(errors.Join(errs...)))}
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func readConfigFile(cmd *cobra.Command, v *viper.Viper, getenv func(string) stri
 	v.SetConfigFile(path) // names the file in errors; ReadConfig reads b
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
-		return usage.Errorf("config: read %s: %s", path, oneLine(err))
+		return usage.Errorf("config: read %s: %s", path, usage.OneLine(err))
 	}
 	for _, k := range v.AllKeys() {
 		name := strings.ReplaceAll(k, "_", "-")

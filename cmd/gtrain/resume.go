@@ -12,7 +12,7 @@ import (
 // NewCmdResume wires `gtrain resume DIR`: the launch flags of run, and the
 // job from the newest valid checkpoint in DIR.
 func NewCmdResume(ios *IOStreams, sig *signals) *cobra.Command {
-	opts := &RunOptions{LaunchOptions: LaunchOptions{IO: ios, Signals: sig}}
+	opts := &RunOptions{LaunchOptions: newLaunchOptions(ios, sig)}
 	cmd := &cobra.Command{
 		Use:   "resume [flags] DIR",
 		Short: "Restart a built-in engine job from its newest valid checkpoint",

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/enginejob"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
@@ -22,30 +17,20 @@ import (
 )
 
 // LaunchOptions are the flags that say where and how a job's ranks run,
-// shared by run, resume and bench collectives, with the command's streams
-// and signals. They are set by flag parsing only: what a command decides
-// besides (the ranks' command, a resume's world size) goes into ranks.
+// shared by run, resume and bench collectives (a launch.Request, bound by
+// addLaunchFlags), with the command's streams and signals. Only flag
+// parsing sets them: what a command decides besides goes into a
+// launch.Workload.
 type LaunchOptions struct {
 	IO      *IOStreams
 	Signals *signals
+	launch.Request
+}
 
-	NprocPerNode int
-	Hostfile     string
-	Filter       hostfiles.Filter
-	MasterAddr   string
-	MasterPort   int
-	RunID        string
-	MaxRestarts  int
-	Grace        time.Duration
-	Heartbeat    time.Duration
-	LogDir       string
-	Env          []string
-	EnvFile      string
-	Chdir        string
-	SSH          launch.SSHConfig
-	RdzvBind     string
-	RdzvHost     string
-	JoinTimeout  time.Duration
+// newLaunchOptions are the launch options of a command reading the
+// environment through ios.
+func newLaunchOptions(ios *IOStreams, sig *signals) LaunchOptions {
+	return LaunchOptions{IO: ios, Signals: sig, Request: launch.Request{Getenv: ios.Getenv}}
 }
 
 // RunOptions are the inputs of `gtrain run`, and of `gtrain resume`, which
@@ -65,7 +50,7 @@ type RunOptions struct {
 // NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
 // when nil) does the work.
 func NewCmdRun(ios *IOStreams, sig *signals, runF func(context.Context, *RunOptions) error) *cobra.Command {
-	opts := &RunOptions{LaunchOptions: LaunchOptions{IO: ios, Signals: sig}}
+	opts := &RunOptions{LaunchOptions: newLaunchOptions(ios, sig)}
 	if runF == nil {
 		runF = runRun
 	}
@@ -132,8 +117,8 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.StringVar(&opts.EnvFile, "env-file", "", "read KEY=VALUE lines for every rank's environment from a file")
 	f.StringVar(&opts.Chdir, "chdir", "", "working directory of the ranks on every host (default: this directory)")
 	addSSHFlags(f, &opts.SSH)
-	f.StringVar(&opts.RdzvBind, "rdzv-bind", "", "address the rendezvous server listens on (default 127.0.0.1:0 on this machine alone, else :0)")
-	f.StringVar(&opts.RdzvHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
+	f.StringVar(&opts.RendezvousBind, "rdzv-bind", "", "address the rendezvous server listens on (default 127.0.0.1:0 on this machine alone, else :0)")
+	f.StringVar(&opts.RendezvousHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
 	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
 }
 
@@ -146,13 +131,13 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if len(o.Command) == 0 {
 		return runEngine(ctx, o)
 	}
-	return o.launch(ctx, ranks{command: o.Command, nproc: o.NprocPerNode})
+	return o.launch(ctx, launch.Workload{Command: o.Command})
 }
 
 // runEngine runs a fresh job of the built-in engine, prepared by
 // enginejob.Fresh, which holds its checkpoint directory until the job ends.
 func runEngine(ctx context.Context, o *RunOptions) error {
-	dir, err := o.workDir()
+	dir, err := o.WorkDir()
 	if err != nil {
 		return err
 	}
@@ -181,22 +166,13 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	c := j.Spec.Model.Config
 	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
 		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
-	return o.launch(ctx, ranks{command: j.Command, env: j.Env, runID: j.RunID, nproc: j.Ranks})
+	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks})
 }
 
-// ranks is what a job's ranks run besides the launch flags: the command
-// line's command, or what the built-in engine's preparation decided.
-type ranks struct {
-	command []string
-	env     []string // KEY=VALUE for every rank, after --env-file and --env
-	runID   string   // the job's id when already chosen (a lock names it); "" is --rdzv-id's
-	nproc   int      // ranks on this machine, without a hostfile
-}
-
-// launch resolves the job whose ranks run r and runs it, or with --dry-run
+// launch resolves the job whose ranks run w and runs it, or with --dry-run
 // prints it.
-func (o *RunOptions) launch(ctx context.Context, r ranks) error {
-	job, err := o.job(ctx, r)
+func (o *RunOptions) launch(ctx context.Context, w launch.Workload) error {
+	job, err := o.Resolve(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -204,70 +180,6 @@ func (o *RunOptions) launch(ctx context.Context, r ranks) error {
 		return printPlan(ctx, o.IO.Out, job, o.Output)
 	}
 	return execute(ctx, &o.LaunchOptions, job, o.view(job))
-}
-
-// job resolves hosts, environment and directory into the job whose ranks
-// run r: its launch options are built here, once, from the flags and r.
-func (o *LaunchOptions) job(ctx context.Context, r ranks) (*launch.Job, error) {
-	nodes, fromFile, err := o.nodesFor(ctx, r.nproc)
-	if err != nil {
-		return nil, err
-	}
-	var fileEnv []string
-	if o.EnvFile != "" {
-		if fileEnv, err = launch.ReadEnvFile(ctx, o.EnvFile); err != nil {
-			return nil, err
-		}
-	}
-	env := slices.Concat(fileEnv, o.Env, r.env) // --env wins over the file
-	if err := checkEnvSize(len(env), nodes); err != nil {
-		return nil, err
-	}
-	dir, err := o.workDir()
-	if err != nil {
-		return nil, err
-	}
-	return launch.NewJob(launch.JobOptions{
-		Nodes: nodes, FromHostfile: fromFile, Command: r.command,
-		MasterAddr: o.MasterAddr, MasterPort: o.MasterPort, RunID: cmp.Or(r.runID, o.RunID),
-		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat,
-		Dir: dir, Env: env, Forward: launch.ForwardEnv(os.Environ()), Getenv: o.IO.Getenv,
-	})
-}
-
-// workDir is where the ranks run: --chdir, else this directory.
-func (o *LaunchOptions) workDir() (string, error) {
-	if o.Chdir != "" {
-		return o.Chdir, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("run: %w", err)
-	}
-	return dir, nil
-}
-
-// minHeartbeat is the shortest --heartbeat: each beat is a message to every
-// agent, and a host is declared lost after a few missed ones.
-const minHeartbeat = 100 * time.Millisecond
-
-// maxEnvEntries bounds the variables from --env and --env-file over all
-// ranks together: every rank's plan holds its own copy of each, and
-// --dry-run prints them all (about 200 bytes each).
-const maxEnvEntries = 1 << 22
-
-// checkEnvSize refuses more --env/--env-file variables than the job's ranks
-// can each hold within maxEnvEntries.
-func checkEnvSize(vars int, nodes []hostfiles.Node) error {
-	ranks := 0
-	for _, n := range nodes {
-		ranks += len(n.SlotIDs)
-	}
-	if ranks > 0 && vars > maxEnvEntries/ranks {
-		return usage.Errorf("run: %d variables from --env and --env-file for each of %d ranks: at most %d per rank at this size; set fewer, or put them in a file the ranks read",
-			vars, ranks, maxEnvEntries/ranks)
-	}
-	return nil
 }
 
 // check validates flag values that need no I/O.
@@ -278,7 +190,7 @@ func (o *RunOptions) check() error {
 	case len(o.Command) > 0 && (o.Job != "" || len(o.Sets) > 0):
 		return usage.Errorf("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
 	}
-	if err := o.LaunchOptions.check(o.NprocPerNode); err != nil {
+	if err := o.Request.Check(o.NprocPerNode); err != nil {
 		return err
 	}
 	if o.Table != "auto" && o.Table != "always" && o.Table != "never" {
@@ -287,82 +199,15 @@ func (o *RunOptions) check() error {
 	return nil
 }
 
-// check validates the launch flags for a job of nproc ranks on this
-// machine (without a hostfile).
-func (o *LaunchOptions) check(nproc int) error {
-	switch {
-	case nproc < 1 || nproc > hostfiles.MaxSlotsPerHost:
-		return usage.Errorf("run: --nproc-per-node %d: want 1 to %d ranks on this machine", nproc, hostfiles.MaxSlotsPerHost)
-	case o.MasterPort < 0 || o.MasterPort > 65535:
-		return usage.Errorf("run: --master-port %d: must be 1-65535 (or 0 to pick a free port)", o.MasterPort)
-	case o.MaxRestarts < 0:
-		return usage.Errorf("run: --max-restarts %d: must be 0 or more", o.MaxRestarts)
-	case o.Grace < 0:
-		return usage.Errorf("run: --grace-period %v: must not be negative", o.Grace)
-	case o.Heartbeat < minHeartbeat:
-		return usage.Errorf("run: --heartbeat %v: must be at least %v", o.Heartbeat, minHeartbeat)
-	case o.JoinTimeout < 0:
-		return usage.Errorf("run: --join-timeout %v: must not be negative", o.JoinTimeout)
-	}
-	return nil
-}
-
-// nodes returns the hosts and slots to run on: from the hostfile and its
-// filters, or this machine with --nproc-per-node slots.
-func (o *LaunchOptions) nodes(ctx context.Context) ([]hostfiles.Node, bool, error) {
-	return o.nodesFor(ctx, o.NprocPerNode)
-}
-
-// nodesFor returns the hosts and slots to run on: from the hostfile and its
-// filters, or this machine with nproc slots.
-func (o *LaunchOptions) nodesFor(ctx context.Context, nproc int) ([]hostfiles.Node, bool, error) {
-	if o.Hostfile == "" {
-		if o.Filter != (hostfiles.Filter{}) {
-			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
-		}
-		slots := make([]int, nproc)
-		for i := range slots {
-			slots[i] = i
-		}
-		return []hostfiles.Node{{Host: hostfiles.Host{Name: "localhost", Slots: nproc}, SlotIDs: slots}}, false, nil
-	}
-	if nproc != 1 {
-		return nil, false, &usage.Error{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
-	}
-	hosts, err := hostfiles.ReadFile(ctx, o.Hostfile)
-	if err != nil {
-		return nil, false, err
-	}
-	nodes, err := hostfiles.Select(hosts, o.Filter)
-	if err != nil {
-		return nil, false, &usage.Error{Err: err}
-	}
-	return nodes, true, nil
-}
-
-// execute runs the job as the launch flags o say, showing it in view.
-func execute(ctx context.Context, o *LaunchOptions, plan *launch.Job, view status.View) error {
-	local, err := launch.NewLocal()
-	if err != nil {
-		return err
-	}
-	// Hosts are dialled in parallel, before the event loop runs: serialise
-	// their messages, since a view takes events from one goroutine at a time.
-	var mu sync.Mutex
-	remote := &launch.SSH{Config: o.SSH, Warn: func(msg string) {
-		mu.Lock()
-		defer mu.Unlock()
-		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
-	}}
-	tr := &launch.Mux{Local: local, Remote: remote}
-	err = launch.Run(ctx, plan, launch.Runtime{Transport: tr, View: view, LogDir: o.LogDir, Abort: o.Signals.abort,
-		JoinTimeout: o.JoinTimeout, RendezvousBind: o.RdzvBind, RendezvousHost: o.RdzvHost})
-	code := ExitCode(err)
+// execute runs job (launch.Request.Execute), showing it in view, and
+// ends the view with the job's exit code.
+func execute(ctx context.Context, o *LaunchOptions, job *launch.Job, view status.View) error {
+	err := o.Execute(ctx, job, view, o.Signals.abort)
 	msg := "all ranks exited 0"
 	if err != nil {
 		msg = err.Error()
 	}
-	view.Event(proto.Event{V: proto.Version, Type: proto.EventJobExited, Time: time.Now(), Rank: -1, Code: code, Message: msg})
+	view.Event(proto.Event{V: proto.Version, Type: proto.EventJobExited, Time: time.Now(), Rank: -1, Code: ExitCode(err), Message: msg})
 	if cerr := view.Close(); err == nil && cerr != nil {
 		return cerr
 	}
@@ -375,22 +220,14 @@ func execute(ctx context.Context, o *LaunchOptions, plan *launch.Job, view statu
 }
 
 // view builds the output of a run: JSON events, a live table, or prefixed lines.
-func (o *RunOptions) view(plan *launch.Job) status.View {
-	multiHost := len(plan.Hosts) > 1
+func (o *RunOptions) view(job *launch.Job) status.View {
+	multiHost := len(job.Hosts) > 1
 	if o.Output == "json" {
 		return status.NewJSON(o.IO.Out)
 	}
 	if o.Table == "always" || (o.Table == "auto" && o.IO.ErrTTY) {
-		m := status.NewModel(rankInfos(plan))
+		m := status.NewModel(job.RankInfos())
 		return status.NewTable(o.IO.Out, o.IO.Err, m, multiHost, 250*time.Millisecond)
 	}
 	return status.NewLines(o.IO.Out, o.IO.Err, multiHost)
-}
-
-func rankInfos(p *launch.Job) []status.RankInfo {
-	out := make([]status.RankInfo, len(p.Ranks))
-	for i, r := range p.Ranks {
-		out[i] = status.RankInfo{Rank: r.Rank, LocalRank: r.LocalRank, Node: r.Node, Host: r.Host}
-	}
-	return out
 }

@@ -60,7 +60,7 @@ func decode(spec train.Spec, path string, text []byte, sets []string) (train.Spe
 			v.SetConfigType("yaml")
 		}
 		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
-			return spec, usage.Errorf("job: %s: %s", path, OneLine(err))
+			return spec, usage.Errorf("job: %s: %s", path, usage.OneLine(err))
 		}
 	}
 	for _, kv := range sets {
@@ -79,7 +79,7 @@ func decode(spec train.Spec, path string, text []byte, sets []string) (train.Spe
 		if path != "" {
 			where = path
 		}
-		return spec, usage.Errorf("job: %s: %s", where, OneLine(err))
+		return spec, usage.Errorf("job: %s: %s", where, usage.OneLine(err))
 	}
 	if err := spec.Validate(); err != nil {
 		if path != "" {
@@ -88,10 +88,4 @@ func decode(spec train.Spec, path string, text []byte, sets []string) (train.Spe
 		return spec, &usage.Error{Err: err}
 	}
 	return spec, nil
-}
-
-// OneLine joins a multi-line decode error of viper (or mapstructure) into
-// one line: gtrain says every error in one.
-func OneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }

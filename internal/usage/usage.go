@@ -8,7 +8,10 @@
 // that the exit code never depends on matching an error's text.
 package usage
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Error marks Err as a usage error.
 type Error struct{ Err error }
@@ -20,4 +23,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // error.
 func Errorf(format string, a ...any) error {
 	return &Error{Err: fmt.Errorf(format, a...)}
+}
+
+// OneLine is err's message on one line: a multi-line error (viper's and
+// mapstructure's decode errors list one problem per line) joined with "; ",
+// since gtrain reports every error in one line.
+func OneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
