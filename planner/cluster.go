@@ -2,8 +2,8 @@ package planner
 
 import (
 	"context"
-	"errors"
 
+	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/internal/userfile"
 )
@@ -91,23 +91,25 @@ func (r Request) topologyFile(ctx context.Context) (Topology, error) {
 // are GPUs. The planner's nodes are identical, so unequal slot counts are
 // refused rather than guessed at.
 func (r Request) hostfileShape(ctx context.Context) (nodes, gpn int, err error) {
-	if r.ReadHostfile == nil {
-		return 0, 0, errors.New("plan: --hostfile: planner.Request has no ReadHostfile to read it with")
-	}
-	hosts, err := r.ReadHostfile(ctx, r.Hostfile)
+	hosts, err := hostfiles.ReadFile(ctx, r.Hostfile)
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(hosts) == 0 { // hostfiles.ReadFile refuses an empty hostfile; a reader that did not would panic below
-		return 0, 0, usage.Errorf("plan: --hostfile %s: no hosts", r.Hostfile)
+	return shapeOf(r.Hostfile, hosts)
+}
+
+// shapeOf is the nodes and GPUs per node of the hosts of hostfile path.
+func shapeOf(path string, hosts []hostfiles.Host) (nodes, gpn int, err error) {
+	if len(hosts) == 0 { // hostfiles.ReadFile refuses an empty hostfile
+		return 0, 0, usage.Errorf("plan: --hostfile %s: no hosts", path)
 	}
 	for _, h := range hosts {
-		if h.GPUs != hosts[0].GPUs {
+		if h.Slots != hosts[0].Slots {
 			return 0, 0, usage.Errorf("plan: --hostfile %s: %s has %d slots and %s %d: the planner needs the same GPUs on every node; plan with --gpus N --gpus-per-node G instead",
-				r.Hostfile, hosts[0].Name, hosts[0].GPUs, h.Name, h.GPUs)
+				path, hosts[0].Name, hosts[0].Slots, h.Name, h.Slots)
 		}
 	}
-	return len(hosts), hosts[0].GPUs, nil
+	return len(hosts), hosts[0].Slots, nil
 }
 
 // Nominal figures for a CPU rank of the built-in engine: its "device" is

@@ -17,8 +17,8 @@
 // Grid.Coord is the one mapping from a global rank to its (dp, pp, tp)
 // coordinates, TP fastest; the engine uses the same function.
 //
-// The package is pure: no SSH, no NVML, no terminal styling, and no I/O
-// but one bounded read, of the topology file a Request names (the caller
-// supplies the hostfile reader: see Request.ReadHostfile). The command
+// The package is pure: no SSH, no NVML, no terminal styling, no network,
+// and no I/O but the bounded reads of the topology file or hostfile a
+// Request names (hostfiles.ReadFile). The command
 // line (cmd/gtrain) binds flags into a Request, calls Plan, and renders.
 package planner

@@ -31,10 +31,6 @@ type Request struct {
 	Intra, Inter      string // links as ParseLink reads them; "" the GPU's usual
 	Topology          string // a JSON file holding a Topology
 	Hostfile          string // a hostfile whose slots are GPUs
-	// ReadHostfile reads Hostfile: its hosts in order with their slots. The
-	// caller supplies it because the hostfile parser (package hostfiles)
-	// needs net/netip, which the planner's import rules keep out.
-	ReadHostfile func(ctx context.Context, path string) ([]Node, error)
 
 	Pins      Space    // pinned knobs; Pins.Recompute is set from Recompute
 	Recompute []string // pinned recomputation modes, as ParseRecompute reads them
@@ -44,13 +40,6 @@ type Request struct {
 	// given, so that a flag left at its default does not conflict with
 	// Topology. Nil means no flag was.
 	Changed func(flag string) bool
-}
-
-// Node is one host of a hostfile as the planner counts it: its name, for
-// messages, and its GPUs (the hostfile's slots).
-type Node struct {
-	Name string
-	GPUs int
 }
 
 // Plan is `gtrain plan`'s search: it resolves r, searches the layouts it

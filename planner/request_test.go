@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
 )
 
@@ -92,34 +93,31 @@ func isUsage(err error) bool {
 }
 
 // TestProblemFromHostfile: a hostfile's hosts are nodes of their slots;
-// unequal hosts are refused naming two of them, and the reader's error is
-// returned as it is.
+// unequal hosts are refused naming two of them, and the hostfile's own
+// errors (a line it cannot parse) are returned as they are.
 func TestProblemFromHostfile(t *testing.T) {
-	hosts := []Node{{"n0", 4}, {"n1", 4}, {"n2", 4}}
-	r := request()
-	r.GPUs, r.Hostfile = 0, "hosts"
-	r.ReadHostfile = func(_ context.Context, path string) ([]Node, error) {
-		if path != "hosts" {
-			t.Errorf("read %q", path)
+	dir := t.TempDir()
+	write := func(text string) string {
+		path := filepath.Join(dir, "hosts")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		return hosts, nil
+		return path
 	}
+	r := request()
+	r.GPUs, r.Hostfile = 0, write("n0 slots=4\nn1 slots=4\nn2 slots=4\n")
 	pr, _, err := ProblemFrom(t.Context(), r)
 	if err != nil || pr.Topology.Nodes != 3 || pr.Topology.GPUsPerNode != 4 || pr.Topology.GPU.Name != "A100-80GB" {
 		t.Errorf("%+v, %v", pr.Topology, err)
 	}
-	hosts[2].GPUs = 2
-	if _, _, err := ProblemFrom(t.Context(), r); !isUsage(err) || !strings.Contains(err.Error(), "plan: --hostfile hosts: n0 has 4 slots and n2 2") {
+	write("n0 slots=4\nn1 slots=4\nn2 slots=2\n")
+	if _, _, err := ProblemFrom(t.Context(), r); !isUsage(err) || !strings.Contains(err.Error(), "plan: --hostfile "+r.Hostfile+": n0 has 4 slots and n2 2") {
 		t.Errorf("unequal hosts: %v", err)
 	}
-	readErr := errors.New("hosts: line 1: bad")
-	r.ReadHostfile = func(context.Context, string) ([]Node, error) { return nil, readErr }
-	if _, _, err := ProblemFrom(t.Context(), r); err != readErr {
-		t.Errorf("read error: %v", err)
-	}
-	r.ReadHostfile = nil
-	if _, _, err := ProblemFrom(t.Context(), r); err == nil {
-		t.Error("no hostfile reader: no error")
+	write("n0 slots=x\n")
+	var pe *hostfiles.ParseError
+	if _, _, err := ProblemFrom(t.Context(), r); !errors.As(err, &pe) || pe.Line != 1 {
+		t.Errorf("a bad line: %v, want the hostfile's *ParseError at line 1", err)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/planner"
 )
@@ -28,7 +27,7 @@ type PlanOptions struct {
 
 // NewCmdPlan wires the flags of `gtrain plan` into PlanOptions.
 func NewCmdPlan(ios *IOStreams) *cobra.Command {
-	o := &PlanOptions{IO: ios, Request: planner.Request{ReadHostfile: readPlanHosts}}
+	o := &PlanOptions{IO: ios, Request: planner.Request{}}
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Preview 3D-parallel layouts for a model on a cluster",
@@ -114,18 +113,4 @@ func planRun(ctx context.Context, o *PlanOptions) error {
 		return noFitError(pr, res)
 	}
 	return nil
-}
-
-// readPlanHosts is planner.Request.ReadHostfile: the hostfile's hosts,
-// each with its slots as GPUs.
-func readPlanHosts(ctx context.Context, path string) ([]planner.Node, error) {
-	hosts, err := hostfiles.ReadFile(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	nodes := make([]planner.Node, len(hosts))
-	for i, h := range hosts {
-		nodes[i] = planner.Node{Name: h.Name, GPUs: h.Slots}
-	}
-	return nodes, nil
 }
