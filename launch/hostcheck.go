@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // CheckState is the outcome of one check of a host.
@@ -91,6 +92,36 @@ func HostsOf(nodes []hostfiles.Node) []Host {
 		out[i] = Host{Name: n.Name, Addr: n.Addr(), User: n.User, Node: i, Slots: n.SlotIDs, Local: IsLocalHost(n.Name)}
 	}
 	return out
+}
+
+// CheckHostfile checks the hosts of the hostfile at path that filter
+// selects (Check). A hostfile that cannot be read or parsed, or a filter
+// that selects nothing, is an error before any host is contacted.
+func (hc *HostCheck) CheckHostfile(ctx context.Context, path string, filter hostfiles.Filter) ([]HostReport, error) {
+	hosts, err := hostfiles.ReadFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := hostfiles.Select(hosts, filter)
+	if err != nil {
+		return nil, &usage.Error{Err: err}
+	}
+	reports := hc.Check(ctx, HostsOf(nodes))
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return reports, nil
+}
+
+// CountReady is the number of reports whose host is ready (OK).
+func CountReady(reports []HostReport) int {
+	n := 0
+	for _, r := range reports {
+		if r.OK {
+			n++
+		}
+	}
+	return n
 }
 
 // Check checks every host in parallel, each step bounded by the SSH connect

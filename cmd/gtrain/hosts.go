@@ -84,30 +84,21 @@ func addSSHFlags(f *pflag.FlagSet, c *launch.SSHConfig) {
 	f.StringVar(&c.RemoteGtrain, "remote-gtrain", "", "gtrain's path on the hosts (default: this binary, copied by gtrain run to ~/.cache/gtrain there)")
 }
 
-// hostsCheckRun checks the hosts and prints the reports.
+// hostsCheckRun checks the hosts (launch.HostCheck.CheckHostfile) and
+// prints the reports.
 func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
-	hosts, err := o.hosts(ctx)
+	switch {
+	case o.Hostfile == "":
+		return usage.Errorf("hosts check: --hostfile is required")
+	case o.SSH.ConnectTimeout <= 0:
+		return usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
+	}
+	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: onceEach(o.IO.Err)}, Version: buildVersion()}
+	reports, err := hc.CheckHostfile(ctx, o.Hostfile, o.Filter)
 	if err != nil {
 		return err
 	}
-	// Hosts are checked in parallel and may warn alike (an unreadable
-	// identity): print each message once.
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	warn := func(msg string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !seen[msg] {
-			seen[msg] = true
-			fmt.Fprintf(o.IO.Err, "gtrain: %s\n", msg)
-		}
-	}
-	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: warn}, Version: buildVersion()}
-	reports := hc.Check(ctx, hosts)
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if o.Output == "json" {
+	if o.Output == outputJSON {
 		err = printHostsJSON(o.IO.Out, reports)
 	} else {
 		err = printHostsTable(o.IO, reports)
@@ -115,40 +106,27 @@ func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
 	if err != nil {
 		return err
 	}
-	if ready := countReady(reports); ready < len(reports) {
+	if ready := launch.CountReady(reports); ready < len(reports) {
 		// The table (or JSON) has said which and why; keep the exit code only.
 		return &silentError{fmt.Errorf("hosts check: %d of %d hosts ready", ready, len(reports))}
 	}
 	return nil
 }
 
-// hosts validates the flags and returns the selected hosts of the hostfile.
-func (o *HostsCheckOptions) hosts(ctx context.Context) ([]launch.Host, error) {
-	switch {
-	case o.Hostfile == "":
-		return nil, usage.Errorf("hosts check: --hostfile is required")
-	case o.SSH.ConnectTimeout <= 0:
-		return nil, usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
-	}
-	parsed, err := hostfiles.ReadFile(ctx, o.Hostfile)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := hostfiles.Select(parsed, o.Filter)
-	if err != nil {
-		return nil, &usage.Error{Err: err}
-	}
-	return launch.HostsOf(nodes), nil
-}
-
-func countReady(reports []launch.HostReport) int {
-	n := 0
-	for _, r := range reports {
-		if r.OK {
-			n++
+// onceEach prints each distinct message once to w, as gtrain's warning
+// line: hosts are checked in parallel and may warn alike (an unreadable
+// identity).
+func onceEach(w io.Writer) func(msg string) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[msg] {
+			seen[msg] = true
+			fmt.Fprintf(w, "gtrain: %s\n", msg)
 		}
 	}
-	return n
 }
 
 // printHostsJSON writes {"hosts": [...]}.
@@ -191,7 +169,7 @@ func printHostsTable(ios *IOStreams, reports []launch.HostReport) error {
 			fmt.Fprintf(&b, "%s: %s\n", r.Host, r.Error)
 		}
 	}
-	fmt.Fprintf(&b, "%d of %d hosts ready\n", countReady(reports), len(reports))
+	fmt.Fprintf(&b, "%d of %d hosts ready\n", launch.CountReady(reports), len(reports))
 	_, err := io.WriteString(ios.Out, b.String())
 	return err
 }
