@@ -15,7 +15,7 @@ import (
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
-// RunAgent is the node agent (`gtrain agent`): it reads a proto.Spec from in,
+// RunAgent is the node agent (`gtrain agent`): it reads a proto.Assignment from in,
 // starts the node's ranks, writes proto events to out, and returns once every
 // rank has ended. It tears all ranks down when the launcher says stop, when in
 // reaches end of file (the launcher is gone), or when ctx is cancelled (the
@@ -23,27 +23,27 @@ import (
 func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) error {
 	enc := proto.NewEncoder(out)
 	dec := proto.NewDecoder(in)
-	var spec proto.Spec
-	if err := dec.Decode(&spec); err != nil {
-		err = fmt.Errorf("agent: read job spec: %w", err)
+	var asg proto.Assignment
+	if err := dec.Decode(&asg); err != nil {
+		err = fmt.Errorf("agent: read assignment: %w", err)
 		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Rank: -1, Message: err.Error()})
 		return err
 	}
-	if err := checkSpec(&spec); err != nil {
-		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Host: spec.Host, Node: spec.Node, Rank: -1, Message: err.Error()})
+	if err := checkAssignment(&asg); err != nil {
+		_ = enc.Encode(proto.Event{V: proto.Version, Type: proto.EventError, Time: time.Now(), Host: asg.Host, Node: asg.Node, Rank: -1, Message: err.Error()})
 		return err
 	}
-	a := &agent{spec: &spec, events: newEventWriter(enc), heard: time.Now()}
+	a := &agent{asg: &asg, events: newEventWriter(enc), heard: time.Now()}
 	defer a.events.close() // every event written before the agent exits
 	return a.run(ctx, dec, version)
 }
 
-func checkSpec(s *proto.Spec) error {
+func checkAssignment(s *proto.Assignment) error {
 	switch {
 	case len(s.Command) == 0:
-		return errors.New("agent: job spec has no command")
+		return errors.New("agent: assignment has no command")
 	case len(s.Ranks) == 0:
-		return errors.New("agent: job spec has no ranks for this node")
+		return errors.New("agent: assignment has no ranks for this node")
 	case s.GraceMillis < 0:
 		return errors.New("agent: negative grace period")
 	}
@@ -52,7 +52,7 @@ func checkSpec(s *proto.Spec) error {
 
 // agent holds the state of one node agent run.
 type agent struct {
-	spec   *proto.Spec
+	asg    *proto.Assignment
 	events *eventWriter
 	tmpdir string
 
@@ -71,8 +71,8 @@ func (a *agent) emit(ev proto.Event) {
 	if ev.Time.IsZero() { // rank_exited carries the exit's own time
 		ev.Time = time.Now()
 	}
-	ev.Host = a.spec.Host
-	ev.Node = a.spec.Node
+	ev.Host = a.asg.Host
+	ev.Node = a.asg.Node
 	a.events.send(ev)
 }
 
@@ -91,7 +91,7 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	cmds := make(chan proto.Command, 4)
 	go readCommands(dec, cmds)
 	facts := hostFacts(version)
-	if a.spec.Rendezvous != nil {
+	if a.asg.Rendezvous != nil {
 		if err := a.join(ctx, cmds, facts); err != nil {
 			if errors.Is(err, errStopped) {
 				a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
@@ -107,14 +107,14 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	if err := becomeSubreaper(); err != nil {
 		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: "agent: cannot become child subreaper: " + err.Error()})
 	}
-	if a.spec.WaitStart && !a.awaitStart(ctx, cmds) {
+	if a.asg.WaitStart && !a.awaitStart(ctx, cmds) {
 		a.emit(proto.Event{Type: proto.EventDone, Rank: -1, Message: "stopped before start"})
 		return nil
 	}
 
 	all := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, rs := range a.spec.Ranks {
+	for _, rs := range a.asg.Ranks {
 		rp := a.start(rs)
 		wg.Add(1)
 		go func() { defer wg.Done(); <-rp.done }()
@@ -132,19 +132,19 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 // rank of the built-in engine cannot reach the job's store, so a temporary
 // directory that cannot be written fails the job, naming the host and path.
 func (a *agent) prepareTmp() error {
-	if !a.spec.ErrorFiles && a.spec.Rendezvous == nil {
+	if !a.asg.ErrorFiles && a.asg.Rendezvous == nil {
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.spec.RunID)+"-")
+	dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.asg.RunID)+"-")
 	if err != nil {
 		return fmt.Errorf("agent: host %s: temporary directory %s is not writable: %w (set TMPDIR to a writable directory on that host)",
-			a.spec.Host, os.TempDir(), unwrapPath(err))
+			a.asg.Host, os.TempDir(), unwrapPath(err))
 	}
 	a.tmpdir = dir
 	if a.storeEnv, err = a.rankStoreEnv(); err != nil {
 		os.RemoveAll(dir)
 		a.tmpdir = ""
-		return fmt.Errorf("agent: host %s: temporary directory %s: %w (set TMPDIR to a writable directory on that host)", a.spec.Host, dir, err)
+		return fmt.Errorf("agent: host %s: temporary directory %s: %w (set TMPDIR to a writable directory on that host)", a.asg.Host, dir, err)
 	}
 	return nil
 }
@@ -187,9 +187,9 @@ func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool 
 	}
 }
 
-// heartbeat ticks every heartbeat interval, or never when the spec has none.
+// heartbeat ticks every heartbeat interval, or never when the assignment has none.
 func (a *agent) heartbeat() (<-chan time.Time, func()) {
-	d := a.spec.Heartbeat()
+	d := a.asg.Heartbeat()
 	if d <= 0 {
 		return nil, func() {}
 	}
@@ -211,16 +211,16 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
 			reapZombies(a.rankPIDs())
 			if kill == nil && !a.stopped && a.launcherSilent(now) {
-				kill = a.stop(a.spec.Grace(), syscall.SIGTERM)
+				kill = a.stop(a.asg.Grace(), syscall.SIGTERM)
 			}
 		case <-sigs:
 			sigs = nil
-			kill = a.stop(a.spec.Grace(), forwardedSignal(ctx))
+			kill = a.stop(a.asg.Grace(), forwardedSignal(ctx))
 		case c := <-cmds:
 			a.heard = time.Now()
 			switch c.Type {
 			case proto.CommandStop:
-				kill = a.stop(a.spec.Grace(), stopSignalOf(c.Signal))
+				kill = a.stop(a.asg.Grace(), stopSignalOf(c.Signal))
 			case proto.CommandKill:
 				kill = a.stop(0, syscall.SIGKILL)
 			}
@@ -235,7 +235,7 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 // has sent nothing for SilentAfter: the network to it is gone (a dropped
 // host may never see its connection close), so the ranks must not run on.
 func (a *agent) launcherSilent(now time.Time) bool {
-	if !a.spec.LauncherBeats || now.Sub(a.heard) < SilentAfter(a.spec.Heartbeat()) {
+	if !a.asg.LauncherBeats || now.Sub(a.heard) < SilentAfter(a.asg.Heartbeat()) {
 		return false
 	}
 	a.emit(proto.Event{Type: proto.EventError, Rank: -1,

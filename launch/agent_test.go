@@ -27,10 +27,10 @@ func TestAgentStdinEOF(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	spec := &proto.Spec{V: proto.Version, RunID: "eof", Host: "localhost", GraceMillis: 1000,
+	asg := &proto.Assignment{V: proto.Version, RunID: "eof", Host: "localhost", GraceMillis: 1000,
 		Command: []string{"sh", "-c", `echo "pid=$$"; exec sleep 300`},
-		Ranks:   []proto.RankSpec{{Rank: 0}, {Rank: 1, LocalRank: 1}}}
-	if err := proto.NewEncoder(stdin).Encode(spec); err != nil {
+		Ranks:   []proto.RankAssignment{{Rank: 0}, {Rank: 1, LocalRank: 1}}}
+	if err := proto.NewEncoder(stdin).Encode(asg); err != nil {
 		t.Fatal(err)
 	}
 	dec := proto.NewDecoder(stdout)
@@ -73,7 +73,7 @@ func TestAgentStdinEOF(t *testing.T) {
 }
 
 func TestAgentBadSpec(t *testing.T) {
-	tests := []struct{ name, spec, want string }{
+	tests := []struct{ name, asg, want string }{
 		{"no command", `{"v":1,"ranks":[{"rank":0}]}`, "no command"},
 		{"no ranks", `{"v":1,"command":["true"]}`, "no ranks"},
 		{"wrong version", `{"v":9,"command":["true"]}`, "protocol version 9"},
@@ -82,7 +82,7 @@ func TestAgentBadSpec(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out strings.Builder
-			err := RunAgent(t.Context(), strings.NewReader(tt.spec), &out, "test")
+			err := RunAgent(t.Context(), strings.NewReader(tt.asg), &out, "test")
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("RunAgent error = %v, want %q", err, tt.want)
 			}

@@ -135,11 +135,11 @@ func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
 	var wg sync.WaitGroup
 	for i, h := range a.p.Hosts {
 		wg.Go(func() {
-			spec := a.p.Spec(i, a.n)
+			asg := a.p.Assignment(i, a.n)
 			if a.rt.usesRendezvous() {
-				spec.Rendezvous = a.rendezvousFor(h)
+				asg.Rendezvous = a.rendezvousFor(h)
 			}
-			a.agents[i].conn, errs[i] = a.rt.Transport.Start(ctx, h, spec)
+			a.agents[i].conn, errs[i] = a.rt.Transport.Start(ctx, h, asg)
 		})
 	}
 	wg.Wait()

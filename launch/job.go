@@ -284,10 +284,10 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-// Spec is the job spec for the agent of node i in the given attempt.
-func (p *Job) Spec(i, attempt int) *proto.Spec {
+// Assignment is what the agent of node i is told to run in the given attempt.
+func (p *Job) Assignment(i, attempt int) *proto.Assignment {
 	h := p.Hosts[i]
-	s := &proto.Spec{
+	s := &proto.Assignment{
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
 		Command: p.Command, Dir: p.Dir, Env: p.Forward, GraceMillis: p.Grace.Milliseconds(),
 		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
@@ -295,7 +295,7 @@ func (p *Job) Spec(i, attempt int) *proto.Spec {
 	}
 	for _, r := range p.Ranks {
 		if r.Node == h.Node {
-			s.Ranks = append(s.Ranks, proto.RankSpec{Rank: r.Rank, LocalRank: r.LocalRank, Env: p.RankEnv(r, attempt)})
+			s.Ranks = append(s.Ranks, proto.RankAssignment{Rank: r.Rank, LocalRank: r.LocalRank, Env: p.RankEnv(r, attempt)})
 		}
 	}
 	return s

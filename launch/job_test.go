@@ -136,7 +136,7 @@ func TestJobSpecAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := p.Spec(1, 2)
+	s := p.Assignment(1, 2)
 	if s.Node != 1 || s.Host != "worker-1" || len(s.Ranks) != 3 || s.Attempt != 2 {
 		t.Fatalf("spec = %+v", s)
 	}

@@ -40,7 +40,7 @@ func rendezvousAddr(r *proto.Rendezvous, sshConnection string) string {
 // waiting (with heartbeats) until every node has joined. A stop from the
 // launcher while waiting ends it with errStopped.
 func (a *agent) join(ctx context.Context, cmds <-chan proto.Command, facts *proto.HostFacts) error {
-	r := a.spec.Rendezvous
+	r := a.asg.Rendezvous
 	addr := rendezvousAddr(r, os.Getenv("SSH_CONNECTION"))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -61,7 +61,7 @@ func (a *agent) join(ctx context.Context, cmds <-chan proto.Command, facts *prot
 
 // waitJoin waits for the round to close, answering launcher commands.
 func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-chan error) error {
-	beat := time.NewTicker(max(a.spec.Heartbeat(), 100*time.Millisecond))
+	beat := time.NewTicker(max(a.asg.Heartbeat(), 100*time.Millisecond))
 	defer beat.Stop()
 	for {
 		select {
@@ -73,7 +73,7 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 		case <-ctx.Done():
 			return errStopped
 		case <-beat.C:
-			if a.spec.Heartbeat() > 0 {
+			if a.asg.Heartbeat() > 0 {
 				a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
 			}
 		case c := <-cmds:
@@ -93,7 +93,7 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 // and returns the ranks' GTRAIN_STORE_* variables; none without a
 // rendezvous.
 func (a *agent) rankStoreEnv() ([]string, error) {
-	r := a.spec.Rendezvous
+	r := a.asg.Rendezvous
 	if r == nil || a.tmpdir == "" {
 		return nil, nil
 	}

@@ -12,17 +12,17 @@ import (
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
-// tamper is a local transport that changes node 1's spec before sending it.
+// tamper is a local transport that changes node 1's assignment before sending it.
 type tamper struct {
 	Local
-	edit func(*proto.Spec)
+	edit func(*proto.Assignment)
 }
 
-func (t *tamper) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+func (t *tamper) Start(ctx context.Context, h Host, asg *proto.Assignment) (AgentConn, error) {
 	if h.Node == 1 {
-		t.edit(spec)
+		t.edit(asg)
 	}
-	return t.Local.Start(ctx, h, spec)
+	return t.Local.Start(ctx, h, asg)
 }
 
 // twoLocalHosts is a job on two "hosts" that are both this machine.
@@ -44,14 +44,14 @@ func twoLocalHosts(t *testing.T) *Job {
 func TestRendezvousRefusals(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(*proto.Spec)
+		edit func(*proto.Assignment)
 		want []string
 	}{
-		{"wrong secret", func(s *proto.Spec) { s.Rendezvous.Secret = []byte(strings.Repeat("x", 32)) },
+		{"wrong secret", func(s *proto.Assignment) { s.Rendezvous.Secret = []byte(strings.Repeat("x", 32)) },
 			[]string{"127.0.0.1", "authentication failed", "rendezvous: refused"}},
-		{"never joins", func(s *proto.Spec) { s.Rendezvous = nil },
+		{"never joins", func(s *proto.Assignment) { s.Rendezvous = nil },
 			[]string{"missing 127.0.0.1"}},
-		{"unknown name", func(s *proto.Spec) { s.Rendezvous.Name = "intruder" },
+		{"unknown name", func(s *proto.Assignment) { s.Rendezvous.Name = "intruder" },
 			[]string{"intruder"}},
 	}
 	for _, tt := range tests {

@@ -23,7 +23,7 @@ type fakeTransport struct {
 // offline: these agents join no rendezvous (see usesRendezvous).
 func (f *fakeTransport) offline() {}
 
-func (f *fakeTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+func (f *fakeTransport) Start(_ context.Context, h Host, asg *proto.Assignment) (AgentConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := &fakeConn{host: h.Name, node: h.Node, events: make(chan proto.Event, 16), gone: make(chan struct{}), cmds: make(chan proto.Command, 16)}

@@ -33,7 +33,7 @@ const drainTimeout = 2 * time.Second
 
 // rankProc is one running rank.
 type rankProc struct {
-	spec    proto.RankSpec
+	asg     proto.RankAssignment
 	pid     int
 	errFile string
 	exited  atomic.Bool   // the process has been reaped
@@ -63,8 +63,8 @@ func (rp *rankProc) killedBy(signum int) bool {
 // start launches one rank and returns at once; rp.done closes after its
 // rank_exited event has been written. A rank that cannot start is reported as
 // exited with code 127, as a shell would, so the launcher tears the job down.
-func (a *agent) start(rs proto.RankSpec) *rankProc {
-	rp := &rankProc{spec: rs, done: make(chan struct{})}
+func (a *agent) start(rs proto.RankAssignment) *rankProc {
+	rp := &rankProc{asg: rs, done: make(chan struct{})}
 	a.mu.Lock()
 	a.ranks = append(a.ranks, rp)
 	a.mu.Unlock()
@@ -88,17 +88,17 @@ type rankIO struct {
 
 // spawn starts the rank's process with its pipes and environment.
 func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
-	rs := rp.spec
-	env := mergeEnv(withoutVars(os.Environ(), a.spec.Unset), a.spec.Env, rs.Env, a.startEnv, a.storeEnv)
-	if a.tmpdir != "" && a.spec.ErrorFiles {
-		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.spec.Attempt), "rank-"+strconv.Itoa(rs.Rank))
+	rs := rp.asg
+	env := mergeEnv(withoutVars(os.Environ(), a.asg.Unset), a.asg.Env, rs.Env, a.startEnv, a.storeEnv)
+	if a.tmpdir != "" && a.asg.ErrorFiles {
+		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.asg.Attempt), "rank-"+strconv.Itoa(rs.Rank))
 		if err := os.MkdirAll(dir, 0o700); err == nil {
 			rp.errFile = filepath.Join(dir, "error.json")
 			env = mergeEnv(env, []string{"TORCHELASTIC_ERROR_FILE=" + rp.errFile})
 		}
 	}
-	cmd := exec.Command(rankProgram(a.spec.Command[0]), a.spec.Command[1:]...)
-	cmd.Dir = rankDir(a.spec.Dir)
+	cmd := exec.Command(rankProgram(a.asg.Command[0]), a.asg.Command[1:]...)
+	cmd.Dir = rankDir(a.asg.Dir)
 	cmd.SysProcAttr = rankAttr()
 	var parentEnds, childEnds []*os.File
 	closeAll := func() {
@@ -107,7 +107,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 		}
 	}
 	n := 2
-	if a.spec.StatusFD {
+	if a.asg.StatusFD {
 		n = 3
 		env = mergeEnv(env, []string{"GTRAIN_STATUS_FD=" + strconv.Itoa(StatusFD)})
 	}
@@ -121,12 +121,12 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[1]
-	if a.spec.StatusFD {
+	if a.asg.StatusFD {
 		cmd.ExtraFiles = []*os.File{childEnds[2]}
 	}
 	if err := cmd.Start(); err != nil {
 		closeAll()
-		return nil, fmt.Errorf("start %s: %w", a.spec.Command[0], err)
+		return nil, fmt.Errorf("start %s: %w", a.asg.Command[0], err)
 	}
 	for _, f := range childEnds {
 		f.Close()
@@ -136,7 +136,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	rio.readers.Add(len(parentEnds))
 	go a.readLines(rp, parentEnds[0], "stdout", &rio.readers)
 	go a.readLines(rp, parentEnds[1], "stderr", &rio.readers)
-	if a.spec.StatusFD {
+	if a.asg.StatusFD {
 		go a.readStatus(rp, parentEnds[2], &rio.readers)
 	}
 	return rio, nil
@@ -190,7 +190,7 @@ func (a *agent) exited(rp *rankProc, code int, sig string, ef errorFile, end tim
 		signum = code - 128
 	}
 	a.emit(proto.Event{
-		Type: proto.EventRankExited, Time: end, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+		Type: proto.EventRankExited, Time: end, Rank: rp.asg.Rank, Local: rp.asg.LocalRank,
 		PID: rp.pid, Code: code, Signal: sig, Killed: rp.killedBy(signum), Message: ef.Message, PeerFailed: ef.PeerFailed,
 	})
 	close(rp.done)
@@ -220,7 +220,7 @@ func (a *agent) readLines(rp *rankProc, r io.Reader, stream string, wg *sync.Wai
 		if len(b) > 0 {
 			full := err == nil
 			line := string(bytes.TrimSuffix(b, []byte("\n")))
-			a.emit(proto.Event{Type: proto.EventLog, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+			a.emit(proto.Event{Type: proto.EventLog, Rank: rp.asg.Rank, Local: rp.asg.LocalRank,
 				Stream: stream, Line: line, Partial: !full})
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
@@ -254,11 +254,11 @@ func (a *agent) readStatus(rp *rankProc, r io.Reader, wg *sync.WaitGroup) {
 			if b[0] != '{' || !json.Valid(b) {
 				if !warned {
 					warned = true
-					a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
-						Message: fmt.Sprintf("rank %d: status record is not a JSON object (fd %d expects one object per line): %.80q", rp.spec.Rank, StatusFD, b)})
+					a.emit(proto.Event{Type: proto.EventError, Rank: rp.asg.Rank, Local: rp.asg.LocalRank,
+						Message: fmt.Sprintf("rank %d: status record is not a JSON object (fd %d expects one object per line): %.80q", rp.asg.Rank, StatusFD, b)})
 				}
 			} else {
-				a.emit(proto.Event{Type: proto.EventStatus, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+				a.emit(proto.Event{Type: proto.EventStatus, Rank: rp.asg.Rank, Local: rp.asg.LocalRank,
 					Status: json.RawMessage(bytes.Clone(b))})
 			}
 		}
@@ -287,9 +287,9 @@ func (a *agent) oversizedStatus(rp *rankProc, size int, end error) {
 	if end != nil {
 		what = fmt.Sprintf("at least %d bytes, cut off by the end of the channel", size)
 	}
-	a.emit(proto.Event{Type: proto.EventError, Rank: rp.spec.Rank, Local: rp.spec.LocalRank,
+	a.emit(proto.Event{Type: proto.EventError, Rank: rp.asg.Rank, Local: rp.asg.LocalRank,
 		Message: fmt.Sprintf("rank %d: status record of %s on fd %d dropped: the limit is %d bytes per line (keep records short; the channel goes on)",
-			rp.spec.Rank, what, StatusFD, proto.MaxLogLine)})
+			rp.asg.Rank, what, StatusFD, proto.MaxLogLine)})
 }
 
 // errorFile is what a failed rank recorded in its TORCHELASTIC_ERROR_FILE.

@@ -89,7 +89,7 @@ func (a *attempt) rdzvLog(line string) {
 	}
 }
 
-// rendezvousFor is the rendezvous part of host h's spec.
+// rendezvousFor is the rendezvous part of host h's assignment.
 func (a *attempt) rendezvousFor(h Host) *proto.Rendezvous {
 	r := &proto.Rendezvous{Port: a.rdzvPort, Secret: a.secret, Name: h.Name, Host: a.rt.RendezvousHost}
 	if h.Local {

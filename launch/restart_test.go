@@ -27,13 +27,13 @@ type scriptedTransport struct {
 // offline: these agents join no rendezvous (see usesRendezvous).
 func (s *scriptedTransport) offline() {}
 
-func (s *scriptedTransport) Start(_ context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+func (s *scriptedTransport) Start(_ context.Context, h Host, asg *proto.Assignment) (AgentConn, error) {
 	if h.Node == 0 {
 		s.mu.Lock()
 		s.starts = append(s.starts, time.Now())
 		s.mu.Unlock()
 	}
-	c := &scriptedConn{events: s.script(h.Node, spec.Attempt)}
+	c := &scriptedConn{events: s.script(h.Node, asg.Attempt)}
 	return c, nil
 }
 

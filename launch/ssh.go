@@ -33,7 +33,7 @@ type SSHConfig struct {
 }
 
 // SSH starts node agents on remote hosts: one SSH connection and one session
-// per host, running `gtrain agent` with no PTY; the job spec goes on the
+// per host, running `gtrain agent` with no PTY; the assignment goes on the
 // session's stdin and events come back on its stdout.
 type SSH struct {
 	Config SSHConfig
@@ -57,13 +57,13 @@ func (s *SSH) warn(msg string) {
 }
 
 // Start implements Transport.
-func (s *SSH) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+func (s *SSH) Start(ctx context.Context, h Host, asg *proto.Assignment) (AgentConn, error) {
 	t := s.resolveTarget(ctx, h, h.User, hostPort(h))
 	client, err := s.dial(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.startAgent(ctx, client, t, spec)
+	conn, err := s.startAgent(ctx, client, t, asg)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -343,8 +343,8 @@ func unameFor(goos, goarch string) string {
 	return sys + " " + m
 }
 
-// startAgent runs `gtrain agent` in one session and sends it the spec.
-func (s *SSH) startAgent(_ context.Context, c *ssh.Client, t sshTarget, spec *proto.Spec) (AgentConn, error) {
+// startAgent runs `gtrain agent` in one session and sends it the assignment.
+func (s *SSH) startAgent(_ context.Context, c *ssh.Client, t sshTarget, asg *proto.Assignment) (AgentConn, error) {
 	bin, err := s.remoteGtrain(c, t)
 	if err != nil {
 		return nil, err
@@ -364,9 +364,9 @@ func (s *SSH) startAgent(_ context.Context, c *ssh.Client, t sshTarget, spec *pr
 		return nil, &HostError{Host: t.Alias, Op: "start gtrain agent", Err: err}
 	}
 	sc := &sshConn{client: c, sess: sess, stdin: stdin, enc: proto.NewEncoder(stdin), dec: proto.NewDecoder(stdout), tail: tail}
-	if err := sc.enc.Encode(spec); err != nil {
+	if err := sc.enc.Encode(asg); err != nil {
 		sc.Kill()
-		return nil, &HostError{Host: t.Alias, Op: "send job spec", Err: err}
+		return nil, &HostError{Host: t.Alias, Op: "send the assignment", Err: err}
 	}
 	return sc, nil
 }

@@ -65,7 +65,7 @@ func TestSSHDisconnectTearsDown(t *testing.T) {
 	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
 	p := sshJob(t, srv, "127.0.0.1", srv.port, 2, `echo "pid=$$"; exec sleep 300`)
-	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
+	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestSSHHostKeys(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := testSSH(srv, tt.knownHosts)
 			tr.Config.AcceptNew = tt.acceptNew
-			conn, err := tr.Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
+			conn, err := tr.Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
 			if !tt.wantErr {
 				if err != nil {
 					t.Fatalf("Start: %v", err)
@@ -146,12 +146,12 @@ func TestSSHAcceptNew(t *testing.T) {
 	p := sshJob(t, srv, "127.0.0.1", srv.port, 1, `true`)
 	tr := testSSH(srv, kh)
 	tr.Config.AcceptNew = true
-	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
+	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
 	if err != nil {
 		t.Fatalf("first connection with accept-new: %v", err)
 	}
 	conn.Close()
-	conn, err = testSSH(srv, kh).Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
+	conn, err = testSSH(srv, kh).Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
 	if err != nil {
 		t.Fatalf("second connection, key remembered: %v", err)
 	}
@@ -182,7 +182,7 @@ func TestSSHUnreachable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := sshJob(t, srv, "127.0.0.1", tt.port, 1, `true`)
 			start := time.Now()
-			_, err := tt.tr().Start(t.Context(), p.Hosts[0], p.Spec(0, 0))
+			_, err := tt.tr().Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
 			var he *HostError
 			if !errors.As(err, &he) || !strings.Contains(err.Error(), tt.want) || he.Host != "127.0.0.1" {
 				t.Fatalf("Start error = %v, want a HostError for 127.0.0.1 saying %q", err, tt.want)

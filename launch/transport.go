@@ -14,9 +14,9 @@ import (
 
 // Transport starts a node agent on a host and connects to it.
 type Transport interface {
-	// Start starts `gtrain agent` for host and sends it spec. The agent
+	// Start starts `gtrain agent` for host and sends it assignment. The agent
 	// connection stays open until Close.
-	Start(ctx context.Context, host Host, spec *proto.Spec) (AgentConn, error)
+	Start(ctx context.Context, host Host, asg *proto.Assignment) (AgentConn, error)
 }
 
 // AgentConn is the launcher's side of one running agent.
@@ -41,14 +41,14 @@ type Mux struct {
 }
 
 // Start implements Transport.
-func (m *Mux) Start(ctx context.Context, h Host, spec *proto.Spec) (AgentConn, error) {
+func (m *Mux) Start(ctx context.Context, h Host, asg *proto.Assignment) (AgentConn, error) {
 	if h.Local {
-		return m.Local.Start(ctx, h, spec)
+		return m.Local.Start(ctx, h, asg)
 	}
 	if m.Remote == nil {
 		return nil, errors.New("launch: no transport for remote host " + h.Name)
 	}
-	return m.Remote.Start(ctx, h, spec)
+	return m.Remote.Start(ctx, h, asg)
 }
 
 // Local starts agents on this machine as child processes: Exe with Args
@@ -68,10 +68,10 @@ func NewLocal() (*Local, error) {
 }
 
 // Start implements Transport.
-func (l *Local) Start(ctx context.Context, host Host, spec *proto.Spec) (AgentConn, error) {
+func (l *Local) Start(ctx context.Context, host Host, asg *proto.Assignment) (AgentConn, error) {
 	cmd := exec.Command(l.Exe, l.Args...)
 	cmd.SysProcAttr = agentAttr()
-	// No cmd.Dir: the agent starts the ranks in spec.Dir itself, and a Dir
+	// No cmd.Dir: the agent starts the ranks in assignment.Dir itself, and a Dir
 	// here would add PWD to the environment every rank inherits.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -87,10 +87,10 @@ func (l *Local) Start(ctx context.Context, host Host, spec *proto.Spec) (AgentCo
 		return nil, fmt.Errorf("launch: start agent for %s: %w", host.Name, err)
 	}
 	c := &localConn{cmd: cmd, stdin: stdin, enc: proto.NewEncoder(stdin), dec: proto.NewDecoder(stdout), tail: tail}
-	if err := c.enc.Encode(spec); err != nil {
+	if err := c.enc.Encode(asg); err != nil {
 		_ = c.Kill()
 		_ = c.Close()
-		return nil, fmt.Errorf("launch: send job spec to agent for %s: %w", host.Name, err)
+		return nil, fmt.Errorf("launch: send the assignment to the agent for %s: %w", host.Name, err)
 	}
 	return c, nil
 }

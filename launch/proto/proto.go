@@ -2,10 +2,10 @@
 // agents: one JSON object per line, in both directions, versioned by the "v"
 // field.
 //
-// The launcher writes a Spec as the first line of the agent's stdin, followed
+// The launcher writes an Assignment as the first line of the agent's stdin, followed
 // by zero or more Command lines. The agent writes Event lines on its stdout.
 // End of file on the agent's stdin means the launcher is gone: the agent tears
-// down every rank it started. Secrets travel only inside the Spec on stdin,
+// down every rank it started. Secrets travel only inside the Assignment on stdin,
 // never on a command line or in an event.
 package proto
 
@@ -19,7 +19,7 @@ import (
 )
 
 // Version is the protocol version written in every message's "v" field.
-// An agent refuses a Spec of another version.
+// An agent refuses an Assignment of another version.
 const Version = 1
 
 // MaxLine is the largest protocol line either side accepts, in bytes.
@@ -48,7 +48,7 @@ const (
 	EventJobExited = "job_exited" // the job is over: Code is gtrain's exit code, Message why
 )
 
-// Command types written by the launcher after the Spec.
+// Command types written by the launcher after the Assignment.
 const (
 	// CommandStop asks the agent to tear down all ranks: SIGTERM (or the
 	// command's Signal) to each rank's process group, SIGKILL after the grace
@@ -57,28 +57,28 @@ const (
 	// CommandKill asks for an immediate SIGKILL of every rank's process group
 	// (a second Ctrl-C).
 	CommandKill = "kill"
-	// CommandStart lets an agent whose Spec has WaitStart start its ranks.
+	// CommandStart lets an agent whose Assignment has WaitStart start its ranks.
 	CommandStart = "start"
 	// CommandHeartbeat tells the agent the launcher is alive.
 	CommandHeartbeat = "heartbeat"
 )
 
-// Spec is the job description the launcher sends to one node agent.
-type Spec struct {
-	V           int        `json:"v"`
-	RunID       string     `json:"run_id"`
-	Attempt     int        `json:"attempt"`
-	Node        int        `json:"node"` // node rank: the host's index in the job
-	Host        string     `json:"host"` // the host's name as the launcher knows it
-	Command     []string   `json:"command"`
-	Dir         string     `json:"dir,omitempty"`   // working directory of the ranks; "" = the agent's
-	Env         []string   `json:"env,omitempty"`   // KEY=VALUE set for every rank, on top of the agent's environment
-	Ranks       []RankSpec `json:"ranks"`           // the ranks to start on this node, in local-rank order
-	GraceMillis int64      `json:"grace_ms"`        // SIGTERM→SIGKILL grace period
-	BeatMillis  int64      `json:"heartbeat_ms"`    // heartbeat interval; 0 = none
-	StatusFD    bool       `json:"status_fd"`       // give each rank a status pipe (GTRAIN_STATUS_FD)
-	Unset       []string   `json:"unset,omitempty"` // variables removed from the agent's environment for the ranks
-	ErrorFiles  bool       `json:"error_files"`     // set TORCHELASTIC_ERROR_FILE per rank and report its message
+// Assignment is what the launcher tells one node agent to run: its ranks, their environment and command, and how to meet the others.
+type Assignment struct {
+	V           int              `json:"v"`
+	RunID       string           `json:"run_id"`
+	Attempt     int              `json:"attempt"`
+	Node        int              `json:"node"` // node rank: the host's index in the job
+	Host        string           `json:"host"` // the host's name as the launcher knows it
+	Command     []string         `json:"command"`
+	Dir         string           `json:"dir,omitempty"`   // working directory of the ranks; "" = the agent's
+	Env         []string         `json:"env,omitempty"`   // KEY=VALUE set for every rank, on top of the agent's environment
+	Ranks       []RankAssignment `json:"ranks"`           // the ranks to start on this node, in local-rank order
+	GraceMillis int64            `json:"grace_ms"`        // SIGTERM→SIGKILL grace period
+	BeatMillis  int64            `json:"heartbeat_ms"`    // heartbeat interval; 0 = none
+	StatusFD    bool             `json:"status_fd"`       // give each rank a status pipe (GTRAIN_STATUS_FD)
+	Unset       []string         `json:"unset,omitempty"` // variables removed from the agent's environment for the ranks
+	ErrorFiles  bool             `json:"error_files"`     // set TORCHELASTIC_ERROR_FILE per rank and report its message
 	// WaitStart makes the agent start no rank until a start command arrives:
 	// the launcher sends it once every node has joined, so that a host that
 	// cannot be reached leaves nothing started anywhere.
@@ -101,20 +101,20 @@ type Rendezvous struct {
 	Name   string `json:"name"`   // this node's name in the round
 }
 
-// RankSpec is one rank to start.
-type RankSpec struct {
+// RankAssignment is one rank to start.
+type RankAssignment struct {
 	Rank      int      `json:"rank"`
 	LocalRank int      `json:"local_rank"`
 	Env       []string `json:"env"` // KEY=VALUE specific to this rank (the torchrun contract)
 }
 
 // Grace returns the grace period as a duration.
-func (s *Spec) Grace() time.Duration { return time.Duration(s.GraceMillis) * time.Millisecond }
+func (s *Assignment) Grace() time.Duration { return time.Duration(s.GraceMillis) * time.Millisecond }
 
 // Heartbeat returns the heartbeat interval as a duration.
-func (s *Spec) Heartbeat() time.Duration { return time.Duration(s.BeatMillis) * time.Millisecond }
+func (s *Assignment) Heartbeat() time.Duration { return time.Duration(s.BeatMillis) * time.Millisecond }
 
-// Command is a message from the launcher to an agent after the Spec.
+// Command is a message from the launcher to an agent after the Assignment.
 type Command struct {
 	V      int      `json:"v"`
 	Type   string   `json:"type"`
