@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/rendezvous"
 )
@@ -102,7 +103,7 @@ func (a *agent) rankStoreEnv() ([]string, error) {
 		return nil, fmt.Errorf("write the store secret for the ranks: %w", err)
 	}
 	return []string{
-		rendezvous.EnvStoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
-		rendezvous.EnvStoreSecretFile + "=" + file,
+		rankenv.StoreAddr + "=" + rendezvousAddr(r, os.Getenv("SSH_CONNECTION")),
+		rankenv.StoreSecretFile + "=" + file,
 	}, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
@@ -94,7 +95,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 		dir := filepath.Join(a.tmpdir, "attempt-"+strconv.Itoa(a.asg.Attempt), "rank-"+strconv.Itoa(rs.Rank))
 		if err := os.MkdirAll(dir, 0o700); err == nil {
 			rp.errFile = filepath.Join(dir, "error.json")
-			env = mergeEnv(env, []string{"TORCHELASTIC_ERROR_FILE=" + rp.errFile})
+			env = mergeEnv(env, []string{rankenv.ErrorFile + "=" + rp.errFile})
 		}
 	}
 	cmd := exec.Command(rankProgram(a.asg.Command[0]), a.asg.Command[1:]...)
@@ -109,7 +110,7 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	n := 2
 	if a.asg.StatusFD {
 		n = 3
-		env = mergeEnv(env, []string{"GTRAIN_STATUS_FD=" + strconv.Itoa(StatusFD)})
+		env = mergeEnv(env, []string{rankenv.StatusFD + "=" + strconv.Itoa(StatusFD)})
 	}
 	for range n {
 		r, w, err := os.Pipe()

@@ -10,17 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-
-	"github.com/gtrain/gtrain/internal/rankenv"
-)
-
-// The variables through which gtrain's agents tell each rank where the
-// job's store is and where to read the secret (a 0600 file, never the
-// environment itself), named in internal/rankenv with the rest of a rank's
-// environment.
-const (
-	EnvStoreAddr       = rankenv.StoreAddr       // host:port of the store
-	EnvStoreSecretFile = rankenv.StoreSecretFile // file holding the job secret
 )
 
 // Client is an authenticated connection to a rendezvous server. It is safe

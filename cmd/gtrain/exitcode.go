@@ -30,6 +30,7 @@ func ExitCode(err error) int {
 		rank   *launch.RankFailedError
 		intr   *launch.InterruptedError
 		saved  *launch.ResumableError
+		stop   *train.StopError // a rank of the built-in engine stopped by a signal
 		usage  *usage.Error
 		parse  *hostfiles.ParseError
 		locked *ckpt.LockedError  // the checkpoint dir is another job's
@@ -46,6 +47,11 @@ func ExitCode(err error) int {
 		return rank.Code
 	case errors.As(err, &saved):
 		return ExitResumable
+	case errors.As(err, &stop):
+		if stop.Resumable() {
+			return ExitResumable
+		}
+		return (&launch.InterruptedError{Signal: stop.Signal}).Code()
 	case errors.As(err, &intr):
 		return intr.Code()
 	case errors.As(err, &usage), errors.As(err, &parse), errors.As(err, &locked), errors.As(err, &input),

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/jobfile"
-	"github.com/gtrain/gtrain/launch"
 )
 
 // WorkerOptions are the inputs of `gtrain worker`, one rank of the built-in
@@ -51,7 +49,7 @@ func NewCmdWorker(ios *IOStreams, sig *signals) *cobra.Command {
 }
 
 func workerRun(ctx context.Context, o *WorkerOptions) error {
-	return workerExit(o.IO.Err, train.RunRank(ctx, train.RankOptions{
+	return workerExit(train.RunRank(ctx, train.RankOptions{
 		Getenv:   o.IO.Getenv,
 		LoadJob:  func(ctx context.Context) (train.Spec, error) { return jobfile.Load(ctx, o.Job, o.Sets) },
 		JobFlags: o.Job != "" || len(o.Sets) > 0,
@@ -65,20 +63,14 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 	}))
 }
 
-// workerExit gives a rank that a preemption stopped (*train.StopError) the
-// exit code the agent reads: ExitResumable when the job can resume from a
-// checkpoint, else 128+n as interrupted. Its message is printed here, once,
-// unless the trainer has already said where it saved.
-func workerExit(stderr io.Writer, err error) error {
+// workerExit reports a rank that a preemption stopped (*train.StopError,
+// whose exit code ExitCode gives: ExitResumable when the job can resume
+// from a checkpoint, else 128+n) once: the trainer may already have said
+// where it saved.
+func workerExit(err error) error {
 	var stop *train.StopError
-	if !errors.As(err, &stop) {
-		return err
+	if errors.As(err, &stop) && stop.Saved {
+		return &silentError{err}
 	}
-	if !stop.Saved {
-		printError(stderr, err)
-	}
-	if stop.Resumable() {
-		return &silentError{&launch.ResumableError{Signal: stop.Signal}}
-	}
-	return &silentError{&launch.InterruptedError{Signal: stop.Signal}}
+	return err
 }

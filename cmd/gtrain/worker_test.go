@@ -33,7 +33,7 @@ func TestWorkerExit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			err := workerExit(&stderr, tt.err)
+			err := workerExit(tt.err)
 			printError(&stderr, err) // as Main does
 			if got := ExitCode(err); got != tt.code {
 				t.Errorf("exit code %d, want %d", got, tt.code)
