@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch/proto"
 )
 
@@ -138,7 +138,7 @@ func (a *agent) prepareTmp() error {
 	dir, err := os.MkdirTemp("", "gtrain-"+safeName(a.asg.RunID)+"-")
 	if err != nil {
 		return fmt.Errorf("agent: host %s: temporary directory %s is not writable: %w (set TMPDIR to a writable directory on that host)",
-			a.asg.Host, os.TempDir(), unwrapPath(err))
+			a.asg.Host, os.TempDir(), userfile.UnwrapPath(err))
 	}
 	a.tmpdir = dir
 	if a.storeEnv, err = a.rankStoreEnv(); err != nil {
@@ -147,16 +147,6 @@ func (a *agent) prepareTmp() error {
 		return fmt.Errorf("agent: host %s: temporary directory %s: %w (set TMPDIR to a writable directory on that host)", a.asg.Host, dir, err)
 	}
 	return nil
-}
-
-// unwrapPath drops a *fs.PathError's own path, which names a random
-// file in the directory that the message already names.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // awaitStart waits for the launcher's start command, keeping up heartbeats,

@@ -62,14 +62,21 @@ gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
 	}
 	cmd.Flags().SetNormalizeFunc(underscoreToDash)
 	f := cmd.Flags()
-	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
-	f.StringVarP(&opts.Filter.Include, "include", "i", "", "check only these hosts/slots, e.g. worker-0:0,2@worker-1")
-	f.StringVarP(&opts.Filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
-	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "check only the first N hosts of the hostfile")
-	f.IntVar(&opts.Filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
+	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "check")
 	addSSHFlags(f, &opts.SSH)
 	addOutputFlag(f, &opts.Output, "one document with every host's checks")
 	return cmd
+}
+
+// addHostfileFlags adds --hostfile and the filters that select from it,
+// the same for every command that takes a hostfile; verb says what the
+// command does with the hosts ("use", "check").
+func addHostfileFlags(f *pflag.FlagSet, hostfile *string, filter *hostfiles.Filter, verb string) {
+	f.StringVarP(hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
+	f.StringVarP(&filter.Include, "include", "i", "", verb+" only these hosts/slots, e.g. worker-0:0,2@worker-1")
+	f.StringVarP(&filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
+	f.IntVar(&filter.NumNodes, "num-nodes", 0, verb+" only the first N hosts of the hostfile")
+	f.IntVar(&filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
 }
 
 // addSSHFlags adds the SSH flags of gtrain run, with the same names and

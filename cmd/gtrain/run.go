@@ -102,11 +102,7 @@ func addRestartFlag(f *pflag.FlagSet, opts *LaunchOptions) {
 // by run and by the commands that launch their own ranks (bench).
 func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
-	f.StringVarP(&opts.Hostfile, "hostfile", "H", "", "hostfile with \"host slots=N\" lines (DeepSpeed/Open MPI form)")
-	f.StringVarP(&opts.Filter.Include, "include", "i", "", "use only these hosts/slots, e.g. worker-0:0,2@worker-1")
-	f.StringVarP(&opts.Filter.Exclude, "exclude", "e", "", "leave out these hosts/slots, e.g. worker-1:0")
-	f.IntVar(&opts.Filter.NumNodes, "num-nodes", 0, "use only the first N hosts of the hostfile")
-	f.IntVar(&opts.Filter.NumSlots, "num-gpus", 0, "use only the first N slots of each host")
+	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "use")
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")

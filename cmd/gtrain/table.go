@@ -5,6 +5,7 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
+	"github.com/gtrain/gtrain/launch/status"
 )
 
 // tableCell is the base cell style of gtrain's result tables, bound to
@@ -17,14 +18,10 @@ func tableCell(ios *IOStreams) (cell lipgloss.Style, colour bool) {
 }
 
 // renderTable renders rows under bold headers the way gtrain prints result
-// tables: no borders, columns padded by two spaces, no wrapping, trailing
+// tables (status.Borderless, columns padded by two spaces), trailing
 // spaces trimmed from each line. style picks a data cell's style.
 func renderTable(cell lipgloss.Style, headers []string, rows [][]string, style func(row, col int) lipgloss.Style) string {
-	t := table.New().
-		Border(lipgloss.HiddenBorder()).
-		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
-		BorderHeader(false).BorderColumn(false).
-		Wrap(false).
+	t := status.Borderless().
 		Headers(headers...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {

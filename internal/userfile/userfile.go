@@ -94,7 +94,7 @@ func ReadAll(r io.Reader, path string, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("read %s: %w", path, unwrapPath(err))
+		return nil, fmt.Errorf("read %s: %w", path, UnwrapPath(err))
 	case int64(len(b)) > limit:
 		return nil, &Error{Path: path, Err: ErrTooLarge, Limit: limit}
 	}
@@ -111,13 +111,13 @@ func ReadAll(r io.Reader, path string, limit int64) ([]byte, error) {
 func ReadRegular(path string, limit int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, &Error{Path: path, Err: unwrapPath(err)}
+		return nil, &Error{Path: path, Err: UnwrapPath(err)}
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("stat %s: %w", path, unwrapPath(err))
+		return nil, fmt.Errorf("stat %s: %w", path, UnwrapPath(err))
 	case fi.IsDir():
 		return nil, &Error{Path: path, Err: syscall.EISDIR}
 	case !fi.Mode().IsRegular():
@@ -165,12 +165,12 @@ func Open(ctx context.Context, path string) (*os.File, error) {
 func open(path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, &Error{Path: path, Err: unwrapPath(err)}
+		return nil, &Error{Path: path, Err: UnwrapPath(err)}
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("stat %s: %w", path, unwrapPath(err))
+		return nil, fmt.Errorf("stat %s: %w", path, UnwrapPath(err))
 	}
 	if fi.IsDir() {
 		f.Close()
@@ -179,9 +179,9 @@ func open(path string) (*os.File, error) {
 	return f, nil
 }
 
-// unwrapPath drops the *fs.PathError around an errno: its "open PATH:"
+// UnwrapPath drops the *fs.PathError around an errno: its "open PATH:"
 // repeats what the callers' messages say already.
-func unwrapPath(err error) error {
+func UnwrapPath(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err

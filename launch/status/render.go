@@ -83,12 +83,19 @@ func renderTable(st *styles, ranks []RankState, now time.Time, lay layout) strin
 	return out + "\n" + more
 }
 
-func buildTable(st *styles, ranks []RankState, rows [][]string) *table.Table {
+// Borderless is gtrain's table shape, the live status table's and every
+// result table's (ckpt ls, hosts check, plan): no borders or rules, no
+// wrapping; the caller adds headers, rows and styles (padding included).
+func Borderless() *table.Table {
 	return table.New().
 		Border(lipgloss.HiddenBorder()).
 		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
 		BorderHeader(false).BorderColumn(false).
-		Wrap(false).
+		Wrap(false)
+}
+
+func buildTable(st *styles, ranks []RankState, rows [][]string) *table.Table {
+	return Borderless().
 		Headers(headers...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
