@@ -15,7 +15,7 @@ import (
 func shmWorld(t *testing.T, hosts []string, opts Options) []*Communicator {
 	t.Helper()
 	p := len(hosts)
-	store := newTPMemStore()
+	store := NewMemStore()
 	dir := t.TempDir()
 	comms := make([]*Communicator, p)
 	trs := make([]Transport, p)

@@ -15,7 +15,7 @@ func tpBoot(t *testing.T, hosts []string, noSHM bool, dir string) func(rank int)
 	if hostsAllSame(hosts) && hosts[0] == "" {
 		advertise = ""
 	}
-	store := newTPMemStore()
+	store := NewMemStore()
 	return func(rank int) (Transport, error) {
 		return Connect(t.Context(), BootstrapConfig{
 			Rank: rank, Size: len(hosts), Store: store, Secret: tpSecret, Prefix: "job/0",

@@ -9,46 +9,54 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 )
 
-// tpMemStore is an in-process Store for transport tests.
-type tpMemStore struct {
-	mu   sync.Mutex
-	vals map[string][]byte
-	wait map[string]chan struct{}
+// NewMemStore returns an in-process Store for tests: values are copied in
+// and out, and a Get waits until its key is set or ctx ends.
+func NewMemStore() Store {
+	return &memStore{vals: make(map[string][]byte), waits: make(map[string]chan struct{})}
 }
 
-func newTPMemStore() *tpMemStore {
-	return &tpMemStore{vals: map[string][]byte{}, wait: map[string]chan struct{}{}}
+type memStore struct {
+	mu    sync.Mutex
+	vals  map[string][]byte
+	waits map[string]chan struct{} // closed when the key is set
 }
 
-func (s *tpMemStore) Set(ctx context.Context, key string, value []byte) error {
+// Set stores value under key, replacing any earlier value, and wakes the
+// Gets waiting for it.
+func (s *memStore) Set(ctx context.Context, key string, value []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.vals[key] = bytes.Clone(value)
-	if ch, ok := s.wait[key]; ok {
+	s.vals[key] = slices.Clone(value)
+	if ch, ok := s.waits[key]; ok {
 		close(ch)
-		delete(s.wait, key)
+		delete(s.waits, key)
 	}
 	return nil
 }
 
-func (s *tpMemStore) Get(ctx context.Context, key string) ([]byte, error) {
+// Get returns the value of key, waiting until it is set or ctx ends.
+func (s *memStore) Get(ctx context.Context, key string) ([]byte, error) {
 	for {
 		s.mu.Lock()
-		v, ok := s.vals[key]
-		ch := s.wait[key]
-		if !ok && ch == nil {
+		if v, ok := s.vals[key]; ok {
+			s.mu.Unlock()
+			return slices.Clone(v), nil
+		}
+		ch, ok := s.waits[key]
+		if !ok {
 			ch = make(chan struct{})
-			s.wait[key] = ch
+			s.waits[key] = ch
 		}
 		s.mu.Unlock()
-		if ok {
-			return bytes.Clone(v), nil
-		}
 		select {
 		case <-ch:
 		case <-ctx.Done():

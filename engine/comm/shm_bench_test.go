@@ -13,17 +13,17 @@ import (
 // `gtrain bench`.
 
 func BenchmarkSHMPingPong(b *testing.B) {
-	tpBenchPingPong(b, tpSHM(newTPMemStore(), b.TempDir(), 2, 0), 4<<10)
+	tpBenchPingPong(b, tpSHM(NewMemStore(), b.TempDir(), 2, 0), 4<<10)
 }
 
 func BenchmarkTCPPingPong(b *testing.B) {
-	tpBenchPingPong(b, tpTCP(newTPMemStore(), 1, tpSameSecret), 4<<10)
+	tpBenchPingPong(b, tpTCP(NewMemStore(), 1, tpSameSecret), 4<<10)
 }
 
 func BenchmarkSHMBandwidth(b *testing.B) {
 	for _, size := range []int{4 << 20, 64 << 20} {
 		b.Run(tpSizeName(size), func(b *testing.B) {
-			tpBenchBandwidth(b, tpSHM(newTPMemStore(), b.TempDir(), 2, 0), size)
+			tpBenchBandwidth(b, tpSHM(NewMemStore(), b.TempDir(), 2, 0), size)
 		})
 	}
 }
@@ -32,7 +32,7 @@ func BenchmarkTCPBandwidth(b *testing.B) {
 	for _, conns := range []int{1, 2} {
 		for _, size := range []int{4 << 20, 64 << 20} {
 			b.Run(tpSizeName(size)+map[int]string{1: "", 2: "-2conns"}[conns], func(b *testing.B) {
-				tpBenchBandwidth(b, tpTCP(newTPMemStore(), conns, tpSameSecret), size)
+				tpBenchBandwidth(b, tpTCP(NewMemStore(), conns, tpSameSecret), size)
 			})
 		}
 	}

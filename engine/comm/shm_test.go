@@ -38,30 +38,30 @@ func TestSHMRoundTrip(t *testing.T) {
 	const ring = 16 << 10
 	sizes := []int{0, 1, 4095, ring, 3*ring + 5, 1<<20 + 7}
 	dir := t.TempDir()
-	_, links := tpMesh(t, 3, tpSHM(newTPMemStore(), dir, 3, ring))
+	_, links := tpMesh(t, 3, tpSHM(NewMemStore(), dir, 3, ring))
 	tpNoLitter(t, dir)
 	tpExchange(t, links, sizes)
 }
 
 func TestSHMDefaultRing(t *testing.T) {
 	dir := t.TempDir()
-	_, links := tpMesh(t, 2, tpSHM(newTPMemStore(), dir, 2, 0))
+	_, links := tpMesh(t, 2, tpSHM(NewMemStore(), dir, 2, 0))
 	tpExchange(t, links, []int{4095, 4<<20 + 7})
 }
 
 func TestSHMLengthMismatch(t *testing.T) {
-	a, b := tpPair(t, tpSHM(newTPMemStore(), t.TempDir(), 2, 16<<10))
+	a, b := tpPair(t, tpSHM(NewMemStore(), t.TempDir(), 2, 16<<10))
 	tpCheckMismatch(t, a, b, []int{10, 100 << 10})
 }
 
 func TestSHMCancelUnblocksRecv(t *testing.T) {
-	a, b := tpPair(t, tpSHM(newTPMemStore(), t.TempDir(), 2, 0))
+	a, b := tpPair(t, tpSHM(NewMemStore(), t.TempDir(), 2, 0))
 	tpCheckCancel(t, a, b)
 }
 
 func TestSHMPeerClose(t *testing.T) {
 	dir := t.TempDir()
-	tpCheckClose(t, func() Store { return newTPMemStore() }, func(store Store) func(int) (Transport, error) {
+	tpCheckClose(t, func() Store { return NewMemStore() }, func(store Store) func(int) (Transport, error) {
 		return tpSHM(store, dir, 2, 0)
 	})
 }
@@ -70,7 +70,7 @@ func TestSHMPeerClose(t *testing.T) {
 // its segment when its ctx ends, and so does a closed transport.
 func TestSHMConnectTimeoutNoLitter(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := tpSHM(newTPMemStore(), dir, 2, 0)(0)
+	tr, err := tpSHM(NewMemStore(), dir, 2, 0)(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func tpCheckPeerGone(t *testing.T, c Conn, op string, pid int) {
 
 func TestSHMGroups(t *testing.T) {
 	dir := t.TempDir()
-	mk := tpSHM(newTPMemStore(), dir, 3, 64<<10)
+	mk := tpSHM(NewMemStore(), dir, 3, 64<<10)
 	ts := make([]Transport, 3)
 	for r := range ts {
 		tr, err := mk(r)

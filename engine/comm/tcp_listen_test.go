@@ -16,7 +16,7 @@ import (
 // host (GTRAIN_COMM_NO_SHM=1) and no address configured, the listeners
 // bind loopback, not every interface.
 func TestTCPLocalJobListensOnLoopback(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	ts, links := tpMesh(t, 2, func(rank int) (Transport, error) {
 		return Connect(t.Context(), BootstrapConfig{Rank: rank, Size: 2, Store: store, Secret: tpSecret,
 			Prefix: "job/0", NoSHM: true, TCP: TCPConfig{DialTimeout: 5 * time.Second}})
@@ -104,7 +104,7 @@ func tpReadEnd(t *testing.T, nc net.Conn) error {
 // once a slot is free.
 func TestTCPCapsPendingHandshakes(t *testing.T) {
 	const slots, extra = 4, 3
-	store := newTPMemStore()
+	store := NewMemStore()
 	logs := &tpLogLines{}
 	t1, err := NewTCP(t.Context(), TCPConfig{Rank: 1, Size: 2, Store: store, Secret: tpSecret, Prefix: "job/0/tcp",
 		Bind: "127.0.0.1:0", Advertise: "127.0.0.1", DialTimeout: time.Minute, MaxHandshakes: slots, Log: logs.log})
@@ -167,7 +167,7 @@ func TestTCPCapsPendingHandshakes(t *testing.T) {
 // within the handshake deadline is closed and logged.
 func TestTCPDropsIdleHandshakes(t *testing.T) {
 	const deadline = 200 * time.Millisecond
-	store := newTPMemStore()
+	store := NewMemStore()
 	logs := &tpLogLines{}
 	t1, err := NewTCP(t.Context(), TCPConfig{Rank: 1, Size: 2, Store: store, Secret: tpSecret, Prefix: "job/0/tcp",
 		Bind: "127.0.0.1:0", Advertise: "127.0.0.1", DialTimeout: deadline, MaxHandshakes: 2, Log: logs.log})

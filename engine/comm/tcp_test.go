@@ -31,7 +31,7 @@ func TestTCPRoundTrip(t *testing.T) {
 	sizes := []int{0, 1, 4095, 4<<20 + 7}
 	for _, conns := range []int{1, 3} {
 		t.Run(map[int]string{1: "one-conn", 3: "three-conns"}[conns], func(t *testing.T) {
-			store := newTPMemStore()
+			store := NewMemStore()
 			const n = 4
 			_, links := tpMesh(t, n, func(rank int) (Transport, error) {
 				return NewTCP(t.Context(), TCPConfig{Rank: rank, Size: n, Store: store, Secret: tpSecret, Prefix: "job/0/tcp",
@@ -43,7 +43,7 @@ func TestTCPRoundTrip(t *testing.T) {
 }
 
 func TestTCPConnectIsIdempotent(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	ts, conns := tpMesh(t, 2, tpTCP(store, 1, tpSameSecret))
 	again, err := ts[1].Connect(tpCtx(t), 0)
 	if err != nil || again != conns[1][0] {
@@ -55,7 +55,7 @@ func TestTCPConnectIsIdempotent(t *testing.T) {
 }
 
 func TestTCPWrongSecret(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	other := []byte("another-secret-another-secret-xx")
 	mk := tpTCP(store, 1, func(rank int) []byte { return map[int][]byte{0: tpSecret, 1: other}[rank] })
 	t0, err := mk(0)
@@ -86,7 +86,7 @@ func TestTCPWrongSecret(t *testing.T) {
 // and a hello for another rank are all dropped, and a real peer still
 // gets through afterwards.
 func TestTCPRejectsGarbage(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	mk := tpTCP(store, 1, tpSameSecret)
 	t1, err := mk(1)
 	if err != nil {
@@ -144,7 +144,7 @@ func TestTCPRejectsGarbage(t *testing.T) {
 
 func TestTCPLengthMismatch(t *testing.T) {
 	for _, conns := range []int{1, 2} {
-		a, b := tpPair(t, tpTCP(newTPMemStore(), conns, tpSameSecret))
+		a, b := tpPair(t, tpTCP(NewMemStore(), conns, tpSameSecret))
 		tpCheckMismatch(t, a, b, []int{10, 2 << 20})
 	}
 }
@@ -169,7 +169,7 @@ func tpCheckMismatch(t *testing.T, a, b Conn, sizes []int) {
 }
 
 func TestTCPCancelUnblocksRecv(t *testing.T) {
-	a, b := tpPair(t, tpTCP(newTPMemStore(), 1, tpSameSecret))
+	a, b := tpPair(t, tpTCP(NewMemStore(), 1, tpSameSecret))
 	tpCheckCancel(t, a, b)
 }
 
@@ -195,7 +195,7 @@ func tpCheckCancel(t *testing.T, a, b Conn) {
 }
 
 func TestTCPPeerClose(t *testing.T) {
-	tpCheckClose(t, func() Store { return newTPMemStore() }, func(store Store) func(int) (Transport, error) {
+	tpCheckClose(t, func() Store { return NewMemStore() }, func(store Store) func(int) (Transport, error) {
 		return tpTCP(store, 2, tpSameSecret)
 	})
 }
@@ -222,7 +222,7 @@ func tpCheckClose(t *testing.T, newStore func() Store, mk func(Store) func(int) 
 }
 
 func TestTCPCloseEndsConnect(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	tr, err := tpTCP(store, 1, tpSameSecret)(1)
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func TestTCPCloseEndsConnect(t *testing.T) {
 }
 
 func TestTCPGroups(t *testing.T) {
-	store := newTPMemStore()
+	store := NewMemStore()
 	ts := make([]Transport, 3)
 	for r := range ts {
 		tr, err := NewTCP(t.Context(), TCPConfig{Rank: r, Size: 3, Store: store, Secret: tpSecret, Prefix: "job/0/tcp",

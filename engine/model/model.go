@@ -87,9 +87,6 @@ func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Sto
 	return m, nil
 }
 
-// ParamList describes the parameters: names, shapes and offsets into Params.
-func (m *Model) ParamList() []Param { return m.params }
-
 // Init sets the parameters of a dense model as InitParams does.
 func (m *Model) Init(seed uint64) { InitParams(m.Config, seed, m.Params) }
 
@@ -129,10 +126,6 @@ func InitParamsUntil(c Config, seed uint64, flat []float32, stop func() bool) bo
 	}
 	return true
 }
-
-// ZeroGrad clears a dense model's gradients before a step's first
-// micro-batch (other stores clear their own).
-func (m *Model) ZeroGrad() { clear(m.Grads) }
 
 func fill(s []float32, v float32) {
 	for i := range s {

@@ -75,17 +75,6 @@ func NewAdamW(cfg Config, n int, groups []Group) *AdamW {
 	return &AdamW{Config: cfg, M: make([]float32, n), V: make([]float32, n), groups: groups}
 }
 
-// Update applies one AdamW step with learning rate lr to params from grads,
-// in torch.optim.AdamW's order: decay the weights, update the moments, step
-// by the bias-corrected ratio.
-func (o *AdamW) Update(params, grads []float32, lr float64) {
-	parts := make([]Part, len(o.groups))
-	for i, g := range o.groups {
-		parts[i] = Part{P: params[g.Offset : g.Offset+g.Size], G: grads[g.Offset : g.Offset+g.Size], At: g.Offset, Decay: g.Decay}
-	}
-	o.UpdateParts(parts, lr, 1)
-}
-
 // Part is a run of parameters updated together: P the parameters, G their
 // gradients (len(P) each), At where their moments start in M and V. ZeRO
 // updates the parts of the partition a rank owns, which lie in several
@@ -139,19 +128,15 @@ func GradNorm(grads []float32) float64 {
 	return math.Sqrt(s)
 }
 
-// Clip scales grads so that their global norm is at most max and reports
-// the scale applied (1 when within bounds or max is 0), as
-// torch.nn.utils.clip_grad_norm_ does.
-func Clip(grads []float32, norm, max float64) float64 {
+// ClipScale is the factor that brings a gradient of global norm norm to
+// at most max, as torch.nn.utils.clip_grad_norm_ computes it
+// (max/(norm+1e-6)); 1 when within bounds or max is 0 (no clipping). The
+// engine folds it into the update's gradient factor (UpdateParts).
+func ClipScale(norm, max float64) float64 {
 	if max <= 0 || norm <= max {
 		return 1
 	}
-	scale := max / (norm + 1e-6)
-	s := float32(scale)
-	for i := range grads {
-		grads[i] *= s
-	}
-	return scale
+	return max / (norm + 1e-6)
 }
 
 func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }

@@ -88,14 +88,8 @@ type Trainer struct {
 // ctx is the context of the run in progress.
 func (t *Trainer) ctx() context.Context { return t.runCtx }
 
-// New builds a trainer from a spec: model initialised from the seed,
-// optimizer state zero, sampler at its start. It is NewContext that is
-// never cancelled.
-func New(spec Spec, env Env) (*Trainer, error) {
-	return NewContext(context.Background(), spec, env)
-}
-
-// NewContext is New that gives up when ctx ends (with its cause) or
+// NewContext builds a trainer from a spec (model initialised from the
+// seed, optimizer state zero, sampler at its start); it gives up when ctx ends (with its cause) or
 // env.Preempt is closed (with ErrPreempted), asked between the steps that
 // allocate and initialise. It refuses with a *MemoryError, before
 // allocating anything, a job that does not fit in this host's memory.

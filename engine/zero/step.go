@@ -73,9 +73,7 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	}
 	e.scaler.update(false)
 	factor := 1 / scale
-	if c := e.cfg.Optim.GradClip; c > 0 && res.Norm > c {
-		factor *= c / (res.Norm + 1e-6)
-	}
+	factor *= optim.ClipScale(res.Norm, e.cfg.Optim.GradClip) // exactly 1 when not clipping
 	parts := make([]optim.Part, len(e.pieces))
 	for i, pc := range e.pieces {
 		parts[i] = optim.Part{P: e.masterOf(pc), G: gradOf(pc), At: pc.at, Decay: pc.param.Decay}
