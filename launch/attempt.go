@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -189,54 +188,6 @@ func (a *attempt) missingJoin() {
 	}
 	a.agentLost(&AgentLostError{Host: strings.Join(missing, ", "), Node: -1,
 		Err: fmt.Errorf("agent did not join within %v", a.rt.JoinTimeout)}, "join timeout")
-}
-
-// masterEnv is MASTER_ADDR and MASTER_PORT where the job left them to be
-// determined at launch: the address the other nodes reach node 0 at (as
-// this launcher reached it, or, when node 0 is this machine, the address a
-// remote host sees this machine at), and a port node 0 found free.
-func (a *attempt) masterEnv() []string {
-	var env []string
-	if a.p.MasterAddr == "" {
-		env = append(env, "MASTER_ADDR="+a.masterAddr())
-	}
-	if a.p.MasterPort == 0 {
-		port := a.agents[0].facts.FreePort
-		if port == 0 {
-			port, _ = FreePort()
-		}
-		env = append(env, "MASTER_PORT="+strconv.Itoa(port))
-	}
-	return env
-}
-
-// addrConn is an agent connection that knows its network addresses.
-type addrConn interface {
-	LocalAddr() net.Addr
-	RemoteAddr() net.Addr
-}
-
-func (a *attempt) masterAddr() string {
-	if h0 := a.p.Hosts[0]; !h0.Local {
-		if c, ok := a.agents[0].conn.(addrConn); ok {
-			return hostOnly(c.RemoteAddr())
-		}
-		return strings.Trim(h0.Name, "[]")
-	}
-	for i, h := range a.p.Hosts {
-		if c, ok := a.agents[i].conn.(addrConn); ok && !h.Local {
-			return hostOnly(c.LocalAddr())
-		}
-	}
-	return "127.0.0.1"
-}
-
-func hostOnly(addr net.Addr) string {
-	h, _, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	return h
 }
 
 // loop handles events until every agent's stream has ended.
