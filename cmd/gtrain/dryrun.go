@@ -16,14 +16,14 @@ import (
 	"github.com/gtrain/gtrain/launch"
 )
 
-// printPlan writes the launch plan of --dry-run, as text or as one JSON
-// object. A plan of many ranks is megabytes long: printPlan stops, returning
+// printJob writes the job of --dry-run, as text or as one JSON
+// object. A job of many ranks is megabytes long: printJob stops, returning
 // context.Cause(ctx), when ctx is done.
-func printPlan(ctx context.Context, w io.Writer, p *launch.Job, output string) error {
+func printJob(ctx context.Context, w io.Writer, p *launch.Job, output string) error {
 	bw := bufio.NewWriter(w) // a write per line is a million system calls
-	print := printLaunchPlan
+	print := printJobText
 	if output == "json" {
-		print = printLaunchPlanJSON
+		print = printJobJSON
 	}
 	if err := print(ctx, bw, p); err != nil {
 		return err
@@ -31,10 +31,10 @@ func printPlan(ctx context.Context, w io.Writer, p *launch.Job, output string) e
 	return bw.Flush()
 }
 
-// printLaunchPlanJSON writes p as json.MarshalIndent would, but a rank at a time:
+// printJobJSON writes p as json.MarshalIndent would, but a rank at a time:
 // the document of the most ranks is hundreds of megabytes, which an encoder
 // would hold in memory twice over.
-func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Job) error {
+func printJobJSON(ctx context.Context, w io.Writer, p *launch.Job) error {
 	head := *p
 	head.Ranks = nil
 	b, err := json.MarshalIndent(&head, "", "  ")
@@ -65,7 +65,7 @@ func printLaunchPlanJSON(ctx context.Context, w io.Writer, p *launch.Job) error 
 	return err
 }
 
-func printLaunchPlan(ctx context.Context, w io.Writer, p *launch.Job) error {
+func printJobText(ctx context.Context, w io.Writer, p *launch.Job) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run id:\t%s\n", p.RunID)
 	fmt.Fprintf(tw, "command:\t%s\n", strings.Join(p.Command, " "))

@@ -30,9 +30,9 @@ func testPlan(t *testing.T, hosts, slots int) *launch.Job {
 	return p
 }
 
-// TestPrintPlanJSON: the plan streamed a rank at a time is the document
+// TestPrintJobJSON: the plan streamed a rank at a time is the document
 // json.Encoder writes for it, byte for byte.
-func TestPrintPlanJSON(t *testing.T) {
+func TestPrintJobJSON(t *testing.T) {
 	p := testPlan(t, 3, 2)
 	var want bytes.Buffer
 	enc := json.NewEncoder(&want)
@@ -41,7 +41,7 @@ func TestPrintPlanJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := printPlan(context.Background(), &got, p, "json"); err != nil {
+	if err := printJob(context.Background(), &got, p, "json"); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != want.String() {
@@ -49,15 +49,15 @@ func TestPrintPlanJSON(t *testing.T) {
 	}
 }
 
-// TestPrintPlanInterrupted: printing stops with the context's cause.
-func TestPrintPlanInterrupted(t *testing.T) {
+// TestPrintJobInterrupted: printing stops with the context's cause.
+func TestPrintJobInterrupted(t *testing.T) {
 	p := testPlan(t, 2, 2)
 	cause := errors.New("interrupted")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(cause)
 	for _, output := range []string{"text", "json"} {
-		if err := printPlan(ctx, new(bytes.Buffer), p, output); !errors.Is(err, cause) {
-			t.Errorf("printPlan(%s) after cancel = %v, want the cause", output, err)
+		if err := printJob(ctx, new(bytes.Buffer), p, output); !errors.Is(err, cause) {
+			t.Errorf("printJob(%s) after cancel = %v, want the cause", output, err)
 		}
 	}
 }

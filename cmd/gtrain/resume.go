@@ -44,7 +44,7 @@ e.g. the ZeRO stage or the steps.`,
 	addLaunchFlags(f, &opts.LaunchOptions)
 	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
-	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the plan, start nothing")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the job, start nothing")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the checkpoint's job, e.g. --set steps=2000 (repeatable)")
 	addRestartFlag(f, &opts.LaunchOptions)
 	return cmd

@@ -88,7 +88,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	addRestartFlag(f, &opts.LaunchOptions)
 	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
-	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the plan, start nothing")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the job, start nothing")
 	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
 	return cmd
 }
@@ -173,7 +173,7 @@ func (o *RunOptions) launch(ctx context.Context, w launch.Workload) error {
 		return err
 	}
 	if o.DryRun {
-		return printPlan(ctx, o.IO.Out, job, o.Output)
+		return printJob(ctx, o.IO.Out, job, o.Output)
 	}
 	return execute(ctx, &o.LaunchOptions, job, o.view(job))
 }
