@@ -169,6 +169,7 @@ output and status, and tears the whole job down when any rank fails.`,
 		skipConfig(NewCmdWorker(ios, sig)),
 		skipConfig(NewCmdVersion(ios)),
 	)
+	skipConfig(root) // alone, root prints its help
 	typeUsageErrors(root)
 	return root
 }
