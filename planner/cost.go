@@ -44,7 +44,7 @@ func recomputeForward(m Model, b float64, rc Recompute) float64 {
 // Options are the cost model's calibration.
 type Options struct {
 	// Efficiency is the fraction of peak FLOP/s large matrix multiplies
-	// reach (the plateau: small ones reach less, see gemmEfficiency).
+	// reach (the plateau: small ones reach less, see gemm.efficiency).
 	Efficiency float64
 	// CommEfficiency is the fraction of a link's rate collectives reach
 	// (NCCL bus bandwidth over the nominal rate).
@@ -62,15 +62,10 @@ type Options struct {
 
 // DefaultOptions are calibrated on Narayanan et al. 2021, Table 1 (see
 // docs/planner.md): their A100 runs reach 43–52% of peak including
-// bubbles and communication.
+// memory-bound kernels, bubbles and communication.
 func DefaultOptions() Options {
-	return Options{Efficiency: 0.7, CommEfficiency: 0.8, UsableMemory: 0.9, SequenceParallel: true}
+	return Options{Efficiency: 0.8, CommEfficiency: 0.8, UsableMemory: 0.9, SequenceParallel: true}
 }
-
-// attentionEfficiency is the attention core's rate relative to the large
-// GEMMs (unfused softmax and batched per-head multiplies, as in the
-// Megatron-LM runs the defaults are calibrated on).
-var attentionEfficiency = 0.4
 
 // Latencies per collective step, a few microseconds as NCCL measures them.
 const (
@@ -120,13 +115,18 @@ func (nt net) allReduce(bytes float64, n, k int, factor float64) float64 {
 	return t
 }
 
-// sat is the saturation x/(x+x0): GEMMs with few rows or columns run below
+// sat is the saturation x/(x+x0): GEMMs with a small dimension run below
 // the plateau efficiency.
 func sat(x, x0 float64) float64 { return x / (x + x0) }
 
-// gemmEfficiency is the fraction of peak a layer's multiplies reach with b
-// sequences of s tokens per micro-batch and TP degree t: the plateau times
-// a penalty for short (b·s rows) and narrow (h/t columns) matrices.
-func gemmEfficiency(o Options, m Model, b, t int) float64 {
-	return o.Efficiency * sat(float64(b*m.Seq), 128) * sat(float64(m.Hidden)/float64(t), 128)
+// gemmEfficiency is the fraction of peak a layer's weight multiplies reach
+// together with b sequences per micro-batch and TP degree t: their FLOPs
+// over their time at each one's own rate (gemm.efficiency), for --explain.
+func gemmEfficiency(eff float64, m Model, b, t int) float64 {
+	gs := layerGEMMs(m, b, t)
+	var flops float64
+	for _, g := range gs {
+		flops += g.flops()
+	}
+	return flops / gemmTime(eff, 1, gs...)
 }

@@ -10,7 +10,10 @@
 // The formulas come from the literature and are documented, with their
 // sources and known errors, in docs/planner.md: model-state memory from the
 // ZeRO paper (Rajbhandari et al. 2020), activation memory from Korthikanti
-// et al. 2022, FLOPs and the pipeline bubble from Narayanan et al. 2021.
+// et al. 2022, FLOPs and the pipeline bubble from Narayanan et al. 2021;
+// compute time is matrix multiplies at a shape-dependent fraction of peak
+// plus memory-bound kernels at a fraction of the memory bandwidth, checked
+// against every row of that paper's Table 1.
 // Every candidate is evaluated in closed form, so a search over thousands
 // of layouts for a 1T-parameter model on 3072 GPUs takes milliseconds.
 //

@@ -24,6 +24,11 @@ type GPU struct {
 	// the GPU has them (frameworks enable TF32 for fp32 matrix multiplies),
 	// else plain fp32. 0 means half of PeakFLOPS.
 	PeakFP32FLOPS float64 `json:"peak_fp32_flops,omitempty"`
+	// MemoryBytesPerSec is the data sheet's memory bandwidth, bytes per
+	// second: memory-bound kernels (LayerNorm, softmax, dropout, GELU, the
+	// optimizer step) run at a fraction of it. 0 means unknown: they are
+	// not charged, and small models are predicted too fast.
+	MemoryBytesPerSec float64 `json:"memory_bytes_per_s,omitempty"`
 	// NoBF16 marks GPUs without bfloat16 (V100): bf16 layouts are refused.
 	NoBF16 bool `json:"no_bf16,omitempty"`
 }
@@ -138,6 +143,8 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("topology: nodes %d, gpus_per_node %d: too large", t.Nodes, t.GPUsPerNode)
 	case t.GPU.MemoryBytes <= 0 || !(t.GPU.PeakFLOPS > 0) || t.GPU.PeakFLOPS > 1e18 || t.GPU.PeakFP32FLOPS < 0 || t.GPU.PeakFP32FLOPS > 1e18:
 		return fmt.Errorf("topology: gpu %q: memory_bytes and peak_flops must be positive", t.GPU.Name)
+	case !(t.GPU.MemoryBytesPerSec >= 0 && t.GPU.MemoryBytesPerSec <= 1e16):
+		return fmt.Errorf("topology: gpu %q: memory_bytes_per_s %g: want 0 (unknown) or the data sheet's bandwidth, e.g. 2.039e12 for an A100-80GB", t.GPU.Name, t.GPU.MemoryBytesPerSec)
 	case t.GPUsPerNode > 1 && !(t.Intra.BytesPerSec() > 0):
 		return errors.New("topology: intra: a node with several GPUs needs a link between them, e.g. nvswitch:2400 (Gb/s)")
 	case t.Nodes > 1 && !(t.Inter.BytesPerSec() > 0):
@@ -189,28 +196,29 @@ const gib = 1 << 30
 
 // Catalog holds the GPUs `--gpu` names. FLOP/s are NVIDIA's and AMD's data
 // sheets' dense (not sparse) tensor figures; memory is the marketed GiB (the
-// usable fraction covers the CUDA context and what nvidia-smi shows missing).
+// usable fraction covers the CUDA context and what nvidia-smi shows missing)
+// and its bandwidth the data sheets' (HBM or GDDR).
 // The links are the per-direction NVLink/xGMI/PCIe rates of that generation
 // and the usual 200/400 Gb/s NIC per GPU of DGX/HGX systems; override them
 // with --intra and --inter.
 var Catalog = map[string]CatalogEntry{
-	"A100-40GB": {GPU{Name: "A100-40GB", MemoryBytes: 40 * gib, PeakFLOPS: 312e12, PeakFP32FLOPS: 156e12},
+	"A100-40GB": {GPU{Name: "A100-40GB", MemoryBytes: 40 * gib, PeakFLOPS: 312e12, PeakFP32FLOPS: 156e12, MemoryBytesPerSec: 1555e9},
 		Link{Kind: "nvswitch", Count: 12, GbitPerS: 200}, Link{Kind: "ib", Count: 8, GbitPerS: 200}, "SXM4, NVLink 3 (12 links × 25 GB/s)"},
-	"A100-80GB": {GPU{Name: "A100-80GB", MemoryBytes: 80 * gib, PeakFLOPS: 312e12, PeakFP32FLOPS: 156e12},
+	"A100-80GB": {GPU{Name: "A100-80GB", MemoryBytes: 80 * gib, PeakFLOPS: 312e12, PeakFP32FLOPS: 156e12, MemoryBytesPerSec: 2039e9},
 		Link{Kind: "nvswitch", Count: 12, GbitPerS: 200}, Link{Kind: "ib", Count: 8, GbitPerS: 200}, "SXM4, NVLink 3 (12 links × 25 GB/s)"},
-	"H100": {GPU{Name: "H100", MemoryBytes: 80 * gib, PeakFLOPS: 989e12, PeakFP32FLOPS: 494.5e12},
+	"H100": {GPU{Name: "H100", MemoryBytes: 80 * gib, PeakFLOPS: 989e12, PeakFP32FLOPS: 494.5e12, MemoryBytesPerSec: 3350e9},
 		Link{Kind: "nvswitch", Count: 18, GbitPerS: 200}, Link{Kind: "ib", Count: 8, GbitPerS: 400}, "SXM5, NVLink 4 (18 links × 25 GB/s)"},
-	"H100-PCIE": {GPU{Name: "H100-PCIE", MemoryBytes: 80 * gib, PeakFLOPS: 756e12, PeakFP32FLOPS: 378e12},
+	"H100-PCIE": {GPU{Name: "H100-PCIE", MemoryBytes: 80 * gib, PeakFLOPS: 756e12, PeakFP32FLOPS: 378e12, MemoryBytesPerSec: 2000e9},
 		Link{Kind: "pcie5", GbitPerS: 512}, Link{Kind: "ib", Count: 8, GbitPerS: 400}, "PCIe 5.0 x16 (64 GB/s)"},
-	"H200": {GPU{Name: "H200", MemoryBytes: 141 * gib, PeakFLOPS: 989e12, PeakFP32FLOPS: 494.5e12},
+	"H200": {GPU{Name: "H200", MemoryBytes: 141 * gib, PeakFLOPS: 989e12, PeakFP32FLOPS: 494.5e12, MemoryBytesPerSec: 4800e9},
 		Link{Kind: "nvswitch", Count: 18, GbitPerS: 200}, Link{Kind: "ib", Count: 8, GbitPerS: 400}, "SXM5, NVLink 4, 141 GB HBM3e"},
-	"V100-32GB": {GPU{Name: "V100-32GB", MemoryBytes: 32 * gib, PeakFLOPS: 125e12, PeakFP32FLOPS: 15.7e12, NoBF16: true},
+	"V100-32GB": {GPU{Name: "V100-32GB", MemoryBytes: 32 * gib, PeakFLOPS: 125e12, PeakFP32FLOPS: 15.7e12, MemoryBytesPerSec: 900e9, NoBF16: true},
 		Link{Kind: "nvlink", Count: 6, GbitPerS: 200}, Link{Kind: "ib", Count: 4, GbitPerS: 100}, "SXM2, NVLink 2 (6 links × 25 GB/s); fp16 only"},
-	"L40S": {GPU{Name: "L40S", MemoryBytes: 48 * gib, PeakFLOPS: 362e12, PeakFP32FLOPS: 183e12},
+	"L40S": {GPU{Name: "L40S", MemoryBytes: 48 * gib, PeakFLOPS: 362e12, PeakFP32FLOPS: 183e12, MemoryBytesPerSec: 864e9},
 		Link{Kind: "pcie4", GbitPerS: 256}, Link{Kind: "eth", Count: 4, GbitPerS: 200}, "PCIe 4.0 x16 (32 GB/s), no NVLink"},
-	"A10": {GPU{Name: "A10", MemoryBytes: 24 * gib, PeakFLOPS: 125e12, PeakFP32FLOPS: 62.5e12},
+	"A10": {GPU{Name: "A10", MemoryBytes: 24 * gib, PeakFLOPS: 125e12, PeakFP32FLOPS: 62.5e12, MemoryBytesPerSec: 600e9},
 		Link{Kind: "pcie4", GbitPerS: 256}, Link{Kind: "eth", Count: 1, GbitPerS: 100}, "PCIe 4.0 x16 (32 GB/s)"},
-	"MI300X": {GPU{Name: "MI300X", MemoryBytes: 192 * gib, PeakFLOPS: 1307.4e12, PeakFP32FLOPS: 653.7e12},
+	"MI300X": {GPU{Name: "MI300X", MemoryBytes: 192 * gib, PeakFLOPS: 1307.4e12, PeakFP32FLOPS: 653.7e12, MemoryBytesPerSec: 5300e9},
 		Link{Kind: "xgmi", Count: 7, GbitPerS: 512}, Link{Kind: "roce", Count: 8, GbitPerS: 400}, "Infinity Fabric (7 links × 64 GB/s)"},
 }
 

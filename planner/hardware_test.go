@@ -77,6 +77,16 @@ func TestLookupGPU(t *testing.T) {
 			t.Errorf("%s: peak %g, want %g", name, Catalog[name].GPU.PeakFLOPS, peak)
 		}
 	}
+	for name, bw := range map[string]float64{"A100-80GB": 2039e9, "H100": 3350e9, "H200": 4800e9} {
+		if Catalog[name].GPU.MemoryBytesPerSec != bw {
+			t.Errorf("%s: memory bandwidth %g B/s, want %g", name, Catalog[name].GPU.MemoryBytesPerSec, bw)
+		}
+	}
+	for name, e := range Catalog {
+		if !(e.GPU.MemoryBytesPerSec > 0) {
+			t.Errorf("%s: no memory bandwidth: its memory-bound kernels would go uncharged", name)
+		}
+	}
 }
 
 func TestParseTopology(t *testing.T) {
@@ -93,6 +103,7 @@ func TestParseTopology(t *testing.T) {
 		`{"nodes": 2, "gpus_per_node": 8, "gpu": {"name": "x", "memory_bytes": 1, "peak_flops": 1}, "intra": {"kind": "nvswitch", "gbit_per_s": 1}}`: "inter",
 		`{"nodes": 1, "gpus_per_node": 8, "gpu": {"name": "x", "memory_bytes": 1, "peak_flops": 1}}`:                                                 "intra",
 		`{"nodes": 1, "gpus_per_node": 1, "gpu": {"name": "x", "memory_bytes": 0, "peak_flops": 1}}`:                                                 "memory_bytes",
+		`{"nodes": 1, "gpus_per_node": 1, "gpu": {"name": "x", "memory_bytes": 1, "peak_flops": 1, "memory_bytes_per_s": -1}}`:                       "memory_bytes_per_s -1",
 		`{"nodes": 1, "gpus": 1}`: "unknown field",
 		`{"nodes": 1} {}`:         "more than one",
 		`[`:                       "unexpected EOF",

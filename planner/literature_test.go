@@ -134,3 +134,64 @@ func TestParamCounts(t *testing.T) {
 		}
 	}
 }
+
+// megatronTable1 is Narayanan et al. 2021 ("Efficient Large-Scale Language
+// Model Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473),
+// Table 1, the weak-scaling runs on Selene (A100-80GB, 8 per node): model,
+// TP, PP, GPUs, and the achieved teraFLOP/s per GPU, hardware FLOPs of the
+// paper's eq. (3) (full recomputation), measured end to end (data loading,
+// optimizer step and logging included, as the Megatron-LM README says of
+// the same table). The shapes and batches are the presets'.
+var megatronTable1 = []struct {
+	name         string
+	tp, pp, gpus int
+	tflops       float64
+}{
+	{"megatron-1.7b", 1, 1, 32, 137}, {"megatron-3.6b", 2, 1, 64, 138}, {"megatron-7.5b", 4, 1, 128, 142},
+	{"megatron-18b", 8, 1, 256, 135}, {"megatron-39b", 8, 2, 512, 138}, {"megatron-76b", 8, 4, 1024, 140},
+	{"megatron-146b", 8, 8, 1536, 148}, {"megatron-310b", 8, 16, 1920, 155}, {"megatron-530b", 8, 35, 2520, 163},
+	{"megatron-1t", 8, 64, 3072, 163},
+}
+
+// TestMegatronTable1 evaluates each published configuration as it ran
+// (fp16, full recomputation, no ZeRO, no sequence parallelism; micro-batch
+// 1, which the table does not state): it must be feasible, and the
+// predicted TFLOP/s per GPU within 15% of the published figure for every
+// row, from 1.7B (h = 2304, where memory-bound kernels take a third of the
+// compute time) to 1T (h = 25600, a tenth). One set of defaults serves all
+// ten; 15% is the issue's bound, the fit is within 6% (the table in
+// docs/planner.md; `go test ./planner -run TestMegatronTable1 -v` prints it).
+func TestMegatronTable1(t *testing.T) {
+	for _, r := range megatronTable1 {
+		pr := megatronProblem(t, r.name, r.gpus)
+		c := Evaluate(pr, Layout{Grid: Grid{TP: r.tp, PP: r.pp, DP: r.gpus / (r.tp * r.pp)}, MicroBatch: 1, Recompute: RecomputeFull})
+		if !c.Feasible {
+			t.Errorf("%s: published layout rejected: %s", r.name, c.RejectReason)
+		}
+		t.Logf("%-14s tp %d pp %2d dp %2d: predicted %5.1f TFLOP/s per GPU, published %3.0f (%+.1f%%)",
+			r.name, r.tp, r.pp, c.DP, c.TFLOPSPerGPU, r.tflops, 100*(c.TFLOPSPerGPU/r.tflops-1))
+		if !within(c.TFLOPSPerGPU, r.tflops, 0.15) {
+			t.Errorf("%s: predicted %.1f TFLOP/s per GPU, published %.0f: more than 15%% off", r.name, c.TFLOPSPerGPU, r.tflops)
+		}
+		// The search must find the published layout too, and something at
+		// least as fast.
+		res, err := Search(pr, Space{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		best, ok := res.Best()
+		if !ok || best.StepTime > c.StepTime*1.0001 {
+			t.Errorf("%s: search best %+v (%.2f s) is slower than the published layout (%.2f s)", r.name, best.Layout, best.StepTime, c.StepTime)
+		}
+	}
+}
+
+// megatronProblem is a Table 1 model on gpus A100-80GB with the preset's
+// batch, in fp16 without sequence parallelism, as the 2021 runs were.
+func megatronProblem(t *testing.T, name string, gpus int) Problem {
+	p := Presets[name]
+	pr := Problem{Model: p.Model, Topology: cluster(t, "A100-80GB", gpus), GlobalBatch: p.GlobalBatch,
+		Precision: FP16, Options: DefaultOptions()}
+	pr.Options.SequenceParallel = false
+	return pr
+}

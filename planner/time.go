@@ -4,20 +4,19 @@ import "math"
 
 // time fills the step time, throughput and communication of c:
 //
-//	step = m·T + (p−1)·T + exposed PP sends + exposed DP/ZeRO traffic
+//	step = m·T + (p−1)·T + exposed PP sends + exposed DP/ZeRO traffic + optimizer step
 //
-// where T is the slowest stage's time for one micro-batch (its compute at
-// the calibrated efficiency plus its TP collectives, which Megatron-LM does
-// not overlap) and (p−1)·T is the 1F1B pipeline bubble, (p−1)/m of the
-// ideal time (Narayanan et al. 2021, section 2.2.1).
+// where T is the slowest stage's time for one micro-batch (its compute:
+// matrix multiplies and memory-bound kernels, plus its TP collectives,
+// which Megatron-LM does not overlap) and (p−1)·T is the 1F1B pipeline
+// bubble, (p−1)/m of the ideal time (Narayanan et al. 2021, section 2.2.1).
 func (ev *evaluation) time(c *Candidate) {
 	l, pr := ev.l, ev.pr
 	d := &c.Detail
-	d.GEMMEfficiency = gemmEfficiency(pr.Options, pr.Model, l.MicroBatch, l.TP)
-	rate := pr.Topology.GPU.Peak(pr.Precision) * d.GEMMEfficiency
+	d.GEMMEfficiency = gemmEfficiency(pr.Options.Efficiency, pr.Model, l.MicroBatch, l.TP)
 	var slowest, comp, tp float64
 	for _, st := range ev.stages[:ev.n] {
-		f := ev.stageFLOPs(st) / rate
+		f := ev.stageCompute(st)
 		t := ev.stageTP(st)
 		if f+t > slowest {
 			slowest, comp, tp = f+t, f, t
@@ -30,7 +29,8 @@ func (ev *evaluation) time(c *Candidate) {
 	c.CommBytes.TP = m * ev.tpBytes(ev.stages[0])
 	ev.pipelineComm(c)
 	ev.dataParallelComm(c, comp)
-	c.StepTime = d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed
+	opt := ev.optimizerTime()
+	c.StepTime = d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed + opt
 	c.Bubble = (p - 1) / m
 	d.ModelFLOPs = ModelFLOPs(pr.Model, pr.GlobalBatch)
 	d.HardwareFLOPs = HardwareFLOPs(pr.Model, pr.GlobalBatch, l.Recompute)
@@ -39,25 +39,83 @@ func (ev *evaluation) time(c *Candidate) {
 	c.MFU = d.ModelFLOPs / (c.StepTime * gpus * pr.Topology.GPU.Peak(pr.Precision))
 }
 
-// stageFLOPs is one GPU's FLOPs for one micro-batch on stage st: forward,
-// backward (2× forward) and recomputation of its layers, and the output
-// layer on the last stage, split over TP.
-func (ev *evaluation) stageFLOPs(st stage) float64 {
-	m, b := ev.pr.Model, float64(ev.l.MicroBatch)
-	f := float64(st.layers) * (3*layerForward(m, b) + recomputeForward(m, b, ev.l.Recompute))
-	// The attention core (scores, softmax, their product with V: 4·b·s²·h
-	// forward) runs as batched small multiplies at a fraction of the GEMM
-	// rate: count its FLOPs as if they were 1/attentionEfficiency as many.
-	core := 4 * b * float64(m.Seq) * float64(m.Seq) * float64(m.Hidden)
-	coreRuns := 3.0
-	if ev.l.Recompute != RecomputeNone {
-		coreRuns = 4
+// passes counts, in forwards, what a micro-batch runs of a layer: its
+// weight multiplies and its attention core (forward 1, backward 2, plus 1
+// for the core under either recomputation and for the multiplies under a
+// full one), and the forward of its memory-bound kernels (twice under a
+// full recomputation; layerTraffic counts their backward).
+func (ev *evaluation) passes() (weights, core, fwd float64) {
+	switch ev.l.Recompute {
+	case RecomputeFull:
+		return 4, 4, 2
+	case RecomputeSelective:
+		return 3, 4, 1
 	}
-	f += float64(st.layers) * coreRuns * core * (1/attentionEfficiency - 1)
+	return 3, 3, 1
+}
+
+// stageCompute is one GPU's compute time for one micro-batch on stage st:
+// its layers' weight multiplies, attention cores and memory-bound kernels,
+// and on the last stage the output layer and the cross-entropy. The
+// embedding lookup is left out (a fraction of one layer's element-wise
+// work). A GPU without a memory bandwidth (a CPU rank) is charged its
+// multiplies only.
+func (ev *evaluation) stageCompute(st stage) float64 {
+	m, b, t := ev.pr.Model, ev.l.MicroBatch, ev.l.TP
+	gpu, eff := ev.pr.Topology.GPU, ev.pr.Options.Efficiency
+	peak, bw := gpu.Peak(ev.pr.Precision), gpu.MemoryBytesPerSec*memoryEfficiency
+	weights, core, fwd := ev.passes()
+	tr := ev.x.layerTraffic(m)
+	layer := weights*gemmTime(eff, peak, layerGEMMs(m, b, t)...) + core*ev.coreTime(eff, peak, bw)
+	if bw > 0 {
+		mem := fwd*tr.fwd + tr.bwd
+		if ev.l.Recompute == RecomputeSelective {
+			mem += tr.core
+		}
+		layer += mem / bw
+	}
+	sec := float64(st.layers) * layer
 	if st.index == ev.l.PP-1 {
-		f += 6 * b * float64(m.Seq) * float64(m.Hidden) * float64(m.Vocab)
+		sec += 3 * gemmTime(eff, peak, outputGEMM(m, b, t))
+		if bw > 0 {
+			ht := ev.x.headTraffic(m.Vocab)
+			sec += (ht.fwd + ht.bwd) / bw
+		}
 	}
-	return f / float64(ev.l.TP)
+	return sec
+}
+
+// coreTime is one forward of the attention core's batched multiplies: the
+// slower of their FLOPs at their rate and their traffic of the a·s² scores
+// at the memory bandwidth (the scores written by Q·Kᵀ, the dropout's
+// output read by the product with V; a roofline). Backward is twice both.
+func (ev *evaluation) coreTime(eff, peak, bw float64) float64 {
+	m, b, t := ev.pr.Model, ev.l.MicroBatch, ev.l.TP
+	sec := gemmTime(eff, peak, attentionGEMMs(m, b, t)...)
+	if bw > 0 {
+		scores := ev.x.b * ev.x.a * ev.x.s * ev.x.s / ev.x.t
+		sec = math.Max(sec, 2*ev.x.e*scores/bw)
+	}
+	return sec
+}
+
+// optimizerTime is the optimizer step after the gradients are reduced:
+// memory-bound (optimizerBytes per parameter of the most loaded stage, the
+// Adam part on a 1/dp shard under ZeRO), not overlapped with anything.
+func (ev *evaluation) optimizerTime() float64 {
+	bw := ev.pr.Topology.GPU.MemoryBytesPerSec * memoryEfficiency
+	if bw <= 0 {
+		return 0
+	}
+	psi := 0.0
+	for _, st := range ev.stages[:ev.n] {
+		psi = math.Max(psi, st.psi)
+	}
+	full, shard := optimizerBytes(ev.pr.Precision)
+	if ev.l.ZeroStage >= 1 {
+		shard /= float64(ev.l.DP)
+	}
+	return psi * (full + shard) / bw
 }
 
 // tpCollectives is the number of TP all-reduces (or all-gather +
