@@ -107,15 +107,37 @@ type stage struct {
 	psi           float64 // parameters per GPU
 }
 
-// stageOf splits layers over p stages as evenly as possible. The extra
-// layers of an uneven split go to the last stages, which hold the fewest
-// micro-batches in flight under 1F1B (BLOOM and Llama 3 405B split unevenly
-// too).
-func stageOf(m Model, i, p, t int) stage {
-	l := m.Layers / p
-	if extra := m.Layers % p; i >= p-extra {
+// StageLayers splits layers over stages pipeline stages as evenly as
+// possible and returns each stage's layers, the one split the planner
+// costs and the engine runs. The extra layers of an uneven split go to the
+// last stages, which hold the fewest micro-batches in flight under 1F1B
+// (BLOOM and Llama 3 405B split unevenly too). With more stages than
+// layers the first stages get none (Evaluate rejects such layouts); stages
+// below 1 give nil.
+func StageLayers(layers, stages int) []int {
+	if stages < 1 {
+		return nil
+	}
+	s := make([]int, stages)
+	for i := range s {
+		s[i] = stageLayers(layers, stages, i)
+	}
+	return s
+}
+
+// stageLayers is StageLayers(layers, p)[i] without the slice: Evaluate
+// needs a few stages of layouts whose p may be large.
+func stageLayers(layers, p, i int) int {
+	l := layers / p
+	if extra := layers % p; i >= p-extra {
 		l++
 	}
+	return l
+}
+
+// stageOf is stage i of p, its layers split as StageLayers does.
+func stageOf(m Model, i, p, t int) stage {
+	l := stageLayers(m.Layers, p, i)
 	psi := float64(l) * m.LayerParams()
 	if i == 0 {
 		psi += m.EmbeddingParams()
