@@ -157,10 +157,11 @@ var megatronTable1 = []struct {
 // (fp16, full recomputation, no ZeRO, no sequence parallelism; micro-batch
 // 1, which the table does not state): it must be feasible, and the
 // predicted TFLOP/s per GPU within 15% of the published figure for every
-// row, from 1.7B (h = 2304, where memory-bound kernels take a third of the
-// compute time) to 1T (h = 25600, a tenth). One set of defaults serves all
-// ten; 15% is the issue's bound, the fit is within 6% (the table in
-// docs/planner.md; `go test ./planner -run TestMegatronTable1 -v` prints it).
+// row, from 1.7B (h = 2304, where memory-bound kernels take a quarter of
+// a layer's time) to 1T (h = 25600, a twentieth). One set of defaults
+// serves all ten; 15% is the issue's bound, the fit is within 6% (the
+// table in docs/planner.md; `go test ./planner -run TestMegatronTable1 -v`
+// prints it).
 func TestMegatronTable1(t *testing.T) {
 	for _, r := range megatronTable1 {
 		pr := megatronProblem(t, r.name, r.gpus)
