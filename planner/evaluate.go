@@ -88,11 +88,13 @@ type Detail struct {
 	WorkingSet       float64 `json:"working_set"`       // recomputation's live extra, bytes
 	Compute          float64 `json:"compute_s"`         // m × the slowest stage's micro-batch
 	BubbleTime       float64 `json:"bubble_s"`          // (p−1) × it
+	MemoryBound      float64 `json:"memory_bound_s"`    // the part of Compute in memory-bound kernels
 	TPTime           float64 `json:"tp_s"`
 	PPTime           float64 `json:"pp_s"`
 	DPTime           float64 `json:"dp_s"`
 	PPExposed        float64 `json:"pp_exposed_s"` // the part not hidden behind compute
 	DPExposed        float64 `json:"dp_exposed_s"`
+	Optimizer        float64 `json:"optimizer_s"`   // the optimizer step, after the gradients are reduced
 	PPInter          bool    `json:"pp_inter_node"` // the group crosses nodes
 	DPInter          bool    `json:"dp_inter_node"`
 	DPPerNode        int     `json:"dp_per_node"` // members of a DP group on one node

@@ -174,6 +174,14 @@ func TestMegatronTable1(t *testing.T) {
 		if !within(c.TFLOPSPerGPU, r.tflops, 0.15) {
 			t.Errorf("%s: predicted %.1f TFLOP/s per GPU, published %.0f: more than 15%% off", r.name, c.TFLOPSPerGPU, r.tflops)
 		}
+		// --explain's lines add up to the step, and the memory-bound part
+		// and the optimizer step are there for a GPU with a bandwidth.
+		d := c.Detail
+		if sum := d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed + d.Optimizer; !within(sum, c.StepTime, 1e-12) ||
+			!(d.MemoryBound > 0 && d.MemoryBound < d.Compute) || !(d.Optimizer > 0) {
+			t.Errorf("%s: step %.4g s, parts sum to %.4g; memory-bound %.4g of compute %.4g; optimizer %.4g",
+				r.name, c.StepTime, sum, d.MemoryBound, d.Compute, d.Optimizer)
+		}
 		// The search must find the published layout too, and something at
 		// least as fast.
 		res, err := Search(pr, Space{})

@@ -14,23 +14,24 @@ func (ev *evaluation) time(c *Candidate) {
 	l, pr := ev.l, ev.pr
 	d := &c.Detail
 	d.GEMMEfficiency = gemmEfficiency(pr.Options.Efficiency, pr.Model, l.MicroBatch, l.TP)
-	var slowest, comp, tp float64
+	var slowest, comp, mem, tp float64
 	for _, st := range ev.stages[:ev.n] {
-		f := ev.stageCompute(st)
+		f, mb := ev.stageCompute(st)
 		t := ev.stageTP(st)
 		if f+t > slowest {
-			slowest, comp, tp = f+t, f, t
+			slowest, comp, mem, tp = f+t, f, mb, t
 		}
 	}
 	m, p := float64(ev.m), float64(l.PP)
 	d.Compute = m * slowest
 	d.BubbleTime = (p - 1) * slowest
+	d.MemoryBound = m * mem
 	d.TPTime = m * tp
 	c.CommBytes.TP = m * ev.tpBytes(ev.stages[0])
 	ev.pipelineComm(c)
 	ev.dataParallelComm(c, comp)
-	opt := ev.optimizerTime()
-	c.StepTime = d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed + opt
+	d.Optimizer = ev.optimizerTime()
+	c.StepTime = d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed + d.Optimizer
 	c.Bubble = (p - 1) / m
 	d.ModelFLOPs = ModelFLOPs(pr.Model, pr.GlobalBatch)
 	d.HardwareFLOPs = HardwareFLOPs(pr.Model, pr.GlobalBatch, l.Recompute)
@@ -54,35 +55,36 @@ func (ev *evaluation) passes() (weights, core, fwd float64) {
 	return 3, 3, 1
 }
 
-// stageCompute is one GPU's compute time for one micro-batch on stage st:
-// its layers' weight multiplies, attention cores and memory-bound kernels,
-// and on the last stage the output layer and the cross-entropy. The
-// embedding lookup is left out (a fraction of one layer's element-wise
-// work). A GPU without a memory bandwidth (a CPU rank) is charged its
-// multiplies only.
-func (ev *evaluation) stageCompute(st stage) float64 {
+// stageCompute is one GPU's compute time for one micro-batch on stage st,
+// and the part of it in memory-bound kernels: its layers' weight
+// multiplies, attention cores and memory-bound kernels, and on the last
+// stage the output layer and the cross-entropy. The embedding lookup is
+// left out (a fraction of one layer's element-wise work). A GPU without a
+// memory bandwidth (a CPU rank) is charged its multiplies only.
+func (ev *evaluation) stageCompute(st stage) (sec, memBound float64) {
 	m, b, t := ev.pr.Model, ev.l.MicroBatch, ev.l.TP
 	gpu, eff := ev.pr.Topology.GPU, ev.pr.Options.Efficiency
 	peak, bw := gpu.Peak(ev.pr.Precision), gpu.MemoryBytesPerSec*memoryEfficiency
 	weights, core, fwd := ev.passes()
-	tr := ev.x.layerTraffic(m)
-	layer := weights*gemmTime(eff, peak, layerGEMMs(m, b, t)...) + core*ev.coreTime(eff, peak, bw)
-	if bw > 0 {
-		mem := fwd*tr.fwd + tr.bwd
-		if ev.l.Recompute == RecomputeSelective {
-			mem += tr.core
-		}
-		layer += mem / bw
-	}
-	sec := float64(st.layers) * layer
-	if st.index == ev.l.PP-1 {
+	layers := float64(st.layers)
+	sec = layers * (weights*gemmTime(eff, peak, layerGEMMs(m, b, t)...) + core*ev.coreTime(eff, peak, bw))
+	last := st.index == ev.l.PP-1
+	if last {
 		sec += 3 * gemmTime(eff, peak, outputGEMM(m, b, t))
-		if bw > 0 {
-			ht := ev.x.headTraffic(m.Vocab)
-			sec += (ht.fwd + ht.bwd) / bw
-		}
 	}
-	return sec
+	if bw <= 0 {
+		return sec, 0
+	}
+	tr := ev.x.layerTraffic(m)
+	bytes := layers * (fwd*tr.fwd + tr.bwd)
+	if ev.l.Recompute == RecomputeSelective {
+		bytes += layers * tr.core
+	}
+	if last {
+		ht := ev.x.headTraffic(m.Vocab)
+		bytes += ht.fwd + ht.bwd
+	}
+	return sec + bytes/bw, bytes / bw
 }
 
 // coreTime is one forward of the attention core's batched multiplies: the

@@ -25,9 +25,11 @@ func explain(b *strings.Builder, pr planner.Problem, c planner.Candidate) {
 	fmt.Fprintf(b, "\nstep time %s:\n", seconds(c.StepTime))
 	fmt.Fprintf(b, "  compute + TP  %10s   %d micro-batches × the slowest stage, matrix multiplies at %.0f%% of peak\n",
 		seconds(d.Compute), c.GradAccum, d.GEMMEfficiency*100)
+	fmt.Fprintf(b, "    memory-bound %9s   of it: LayerNorm, softmax, dropout, GELU, residual adds\n", seconds(d.MemoryBound))
 	fmt.Fprintf(b, "  bubble        %10s   (p−1)/m = %.3f of the compute\n", seconds(d.BubbleTime), c.Bubble)
 	fmt.Fprintf(b, "  PP exposed    %10s\n", seconds(d.PPExposed))
 	fmt.Fprintf(b, "  DP exposed    %10s   of %s, the rest hidden behind backward\n", seconds(d.DPExposed), seconds(d.DPTime))
+	fmt.Fprintf(b, "  optimizer     %10s   memory-bound, after the gradients are reduced\n", seconds(d.Optimizer))
 	fmt.Fprintf(b, "  FLOPs         %.3g model, %.3g with recomputation: %.1f TFLOP/s per GPU, MFU %.1f%%\n",
 		d.ModelFLOPs, d.HardwareFLOPs, c.TFLOPSPerGPU, c.MFU*100)
 	explainComm(b, pr, c)
