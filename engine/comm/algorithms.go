@@ -102,20 +102,33 @@ func (c *Communicator) pick(kind opKind, nbytes int) algorithm {
 	return a
 }
 
-// partition splits n elements into p blocks, MPI-style: block i has
-// n/p + 1 elements if i < n%p, else n/p, and the blocks are in rank order.
-// Reduce-scatter leaves block r on rank r; all-gather collects them.
+// Block is the range [lo, hi) of n elements that rank owns when they are
+// split over size ranks, MPI-style: n/size each, one more for the first
+// n%size ranks, in rank order; no divisibility is required. It is the rule
+// of ReduceScatter (block r stays on rank r) and AllGather (which collects
+// the blocks), and so of everything split to meet them: ZeRO partitions,
+// tensor-parallel shards.
+func Block(n, rank, size int) (lo, hi int) {
+	lo = rank*(n/size) + min(rank, n%size)
+	hi = lo + n/size
+	if rank < n%size {
+		hi++
+	}
+	return lo, hi
+}
+
+// partition splits n elements into p blocks by Block's rule.
 type partition struct{ n, p int }
 
 func (q partition) count(i int) int {
-	c := q.n / q.p
-	if i < q.n%q.p {
-		c++
-	}
-	return c
+	lo, hi := Block(q.n, i, q.p)
+	return hi - lo
 }
 
-func (q partition) offset(i int) int { return i*(q.n/q.p) + min(i, q.n%q.p) }
+func (q partition) offset(i int) int {
+	lo, _ := Block(q.n, i, q.p)
+	return lo
+}
 
 func (q partition) block(b Buffer, i int) Buffer {
 	off := q.offset(i)

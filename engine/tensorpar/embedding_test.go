@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm"
 )
 
 // embRank is one rank's tensors of a vocab-parallel embedding.
@@ -106,7 +108,7 @@ func TestEmbeddingGradCheck(t *testing.T) {
 				}
 				lo := 0
 				if sp {
-					lo, _ = Block(N, r, tp)
+					lo, _ = comm.Block(N, r, tp)
 				}
 				for i, d := range k.dout {
 					n, c := lo+i/e.C, i%e.C

@@ -47,22 +47,9 @@ func (g *Group) SequenceParallel() bool { return g.sp }
 // Backend is the backend the layers compute with.
 func (g *Group) Backend() backend.Backend { return g.be }
 
-// Block returns the range [lo, hi) of n items that rank owns when they are
-// split over size ranks: n/size each, and one more for the first n%size
-// ranks. It is engine/comm's rule for ReduceScatter and AllGather, so a
-// tensor split this way gathers with one AllGather.
-func Block(n, rank, size int) (lo, hi int) {
-	lo = rank*(n/size) + min(rank, n%size)
-	hi = lo + n/size
-	if rank < n%size {
-		hi++
-	}
-	return lo, hi
-}
-
 // VocabRange is the range [lo, hi) of a vocabulary of v tokens whose
-// embedding rows and logits this rank owns: Block(v, Rank, Size).
-func (g *Group) VocabRange(v int) (lo, hi int) { return Block(v, g.rank, g.size) }
+// embedding rows and logits this rank owns: comm.Block(v, Rank, Size).
+func (g *Group) VocabRange(v int) (lo, hi int) { return comm.Block(v, g.rank, g.size) }
 
 // SequenceRows is the range [lo, hi) of the n = B·T token rows that this
 // rank holds of a sequence-parallel activation: its n/Size contiguous rows

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm"
 )
 
 // linCase is a linear layer's dense shape and how it is split.
@@ -96,7 +98,7 @@ func linSplit(t *testing.T, c linCase, tp, r int, sp bool, in, out, bound [6][]f
 	lr.wantDW = part(t, c.wSplit(), out[2], ws, r, tp)
 	lr.tolDW = scaled(part(t, c.wSplit(), bound[2], ws, r, tp), tolF)
 	if !c.row {
-		lo, hi := Block(c.Out, r, tp)
+		lo, hi := comm.Block(c.Out, r, tp)
 		lr.l = Linear{N: c.N, In: c.In, Out: hi - lo, Transposed: c.transposed}
 		lr.x = seqPart(t, X, c.N, c.In, r, tp, sp)
 		lr.b, lr.db = part(t, Columns, b, []int{c.Out}, r, tp), part(t, Columns, db0, []int{c.Out}, r, tp)
@@ -107,7 +109,7 @@ func linSplit(t *testing.T, c linCase, tp, r int, sp bool, in, out, bound [6][]f
 		lr.yOwned, lr.xShared = true, !sp
 		lr.boundY = part(t, Columns, bound[0], []int{c.N, c.Out}, r, tp)
 	} else {
-		lo, hi := Block(c.In, r, tp)
+		lo, hi := comm.Block(c.In, r, tp)
 		lr.l = Linear{N: c.N, In: hi - lo, Out: c.Out, Transposed: c.transposed}
 		lr.x = part(t, Columns, X, []int{c.N, c.In}, r, tp)
 		lr.b, lr.db = slices.Clone(b), slices.Clone(db0)

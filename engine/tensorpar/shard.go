@@ -3,6 +3,8 @@ package tensorpar
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gtrain/gtrain/engine/comm"
 )
 
 // Split is how a tensor is divided over a TP group.
@@ -149,7 +151,7 @@ func (p Part) dim(shape []int) (d, lo, hi int, err error) {
 	if n < p.Size {
 		return 0, 0, 0, fmt.Errorf("tensorpar: part: dimension %d of shape %v has %d entries, fewer than tp %d", d, shape, n, p.Size)
 	}
-	lo, hi = Block(n, p.Rank, p.Size)
+	lo, hi = comm.Block(n, p.Rank, p.Size)
 	return d, lo, hi, nil
 }
 

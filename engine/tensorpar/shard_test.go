@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 )
 
@@ -168,7 +169,7 @@ func TestBlockIsCommsRule(t *testing.T) {
 		for p := 1; p <= 6; p++ {
 			next := 0
 			for r := range p {
-				lo, hi := Block(n, r, p)
+				lo, hi := comm.Block(n, r, p)
 				want := n / p
 				if r < n%p {
 					want++
@@ -179,7 +180,7 @@ func TestBlockIsCommsRule(t *testing.T) {
 				next = hi
 			}
 			if next != n {
-				t.Fatalf("Block(%d, ·, %d) covers [0, %d)", n, p, next)
+				t.Fatalf("comm.Block(%d, ·, %d) covers [0, %d)", n, p, next)
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package zero
 
-import "github.com/gtrain/gtrain/engine/model"
+import (
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/model"
+)
 
 // Segment is a contiguous run of whole units of the flat parameter layout:
 // what one collective moves. Stages 0–2 group units into buckets (Buckets);
@@ -50,19 +53,6 @@ func PerUnit(units []model.Unit) []Segment {
 	return segs
 }
 
-// block is rank r's part of n elements split over p ranks, by the rule of
-// comm's ReduceScatter and AllGather (MPI's): the first n%p ranks get
-// n/p+1 elements, the others n/p. No divisibility is required.
-func block(n, p, r int) (lo, hi int) {
-	q, rem := n/p, n%p
-	lo = r*q + min(r, rem)
-	hi = lo + q
-	if r < rem {
-		hi++
-	}
-	return lo, hi
-}
-
 // Partition says which elements of the flat layout a rank owns: block
 // Rank of every segment split over Ranks. With Ranks 1 a rank owns
 // everything (stage 0). Owned elements are stored compactly, segment after
@@ -79,7 +69,7 @@ func NewPartition(segs []Segment, ranks, rank int) Partition {
 	p := Partition{Segments: segs, Ranks: ranks, Rank: rank, at: make([]int, len(segs))}
 	for i, s := range segs {
 		p.at[i] = p.owned
-		lo, hi := block(s.Size, ranks, rank)
+		lo, hi := comm.Block(s.Size, rank, ranks)
 		p.owned += hi - lo
 	}
 	return p
@@ -89,7 +79,7 @@ func NewPartition(segs []Segment, ranks, rank int) Partition {
 // it starts in the compact owned storage.
 func (p Partition) Owned(i int) (lo, hi, at int) {
 	s := p.Segments[i]
-	lo, hi = block(s.Size, p.Ranks, p.Rank)
+	lo, hi = comm.Block(s.Size, p.Rank, p.Ranks)
 	return s.Offset + lo, s.Offset + hi, p.at[i]
 }
 
