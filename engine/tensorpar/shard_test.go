@@ -6,90 +6,12 @@ import (
 	"testing"
 
 	"github.com/gtrain/gtrain/engine/comm"
-	"github.com/gtrain/gtrain/engine/model"
 )
 
-// TestSplitOf checks the split of every GPT-2 parameter: the column- and
-// row-parallel weights of attention and MLP, the vocabulary rows of wte,
-// and everything else replicated.
-func TestSplitOf(t *testing.T) {
-	cfg := model.Config{Vocab: 11, Seq: 8, Layers: 2, Heads: 4, Embd: 8}
-	want := map[string]Split{
-		"transformer.wte.weight": Rows, "transformer.wpe.weight": Replicated,
-		"ln_1.weight": Replicated, "ln_1.bias": Replicated,
-		"attn.c_attn.weight": QKVHeads, "attn.c_attn.bias": QKVHeads,
-		"attn.c_proj.weight": Rows, "attn.c_proj.bias": Replicated,
-		"ln_2.weight": Replicated, "ln_2.bias": Replicated,
-		"mlp.c_fc.weight": Columns, "mlp.c_fc.bias": Columns,
-		"mlp.c_proj.weight": Rows, "mlp.c_proj.bias": Replicated,
-		"transformer.ln_f.weight": Replicated, "transformer.ln_f.bias": Replicated,
-	}
-	ps := cfg.Params()
-	if len(ps) == 0 {
-		t.Fatal("the config has no parameters")
-	}
-	for _, p := range ps {
-		key := p.Name
-		if rest, ok := strings.CutPrefix(p.Name, "transformer.h."); ok {
-			key = rest[strings.IndexByte(rest, '.')+1:]
-		}
-		w, ok := want[key]
-		if !ok {
-			t.Errorf("%s: no expected split (a new parameter?)", p.Name)
-			continue
-		}
-		if got := SplitOf(p.Name); got != w {
-			t.Errorf("SplitOf(%s) = %v, want %v", p.Name, got, w)
-		}
-	}
-}
-
-// TestPartsRebuildEveryTensor splits every parameter of a small GPT-2 (its
-// vocabulary of 11 uneven over 2 and 4) over tp 1, 2 and 4, and checks that the
-// parts have the shapes Shape gives, that split parts are disjoint and
-// inserting them all rebuilds the tensor, and that replicated parts are
-// the whole tensor.
-func TestPartsRebuildEveryTensor(t *testing.T) {
-	cfg := model.Config{Vocab: 11, Seq: 8, Layers: 1, Heads: 4, Embd: 8}
-	rnd := newRand(1)
-	for _, tp := range []int{1, 2, 4} {
-		for _, p := range cfg.Params() {
-			full := randSlice(rnd, p.Size(), 1)
-			rebuilt := make([]float32, len(full))
-			n := 0
-			for r := range tp {
-				pt := Part{Split: SplitOf(p.Name), Rank: r, Size: tp, Heads: cfg.Heads}
-				shape, err := pt.Shape(p.Shape)
-				if err != nil {
-					t.Fatalf("tp %d %s: %v", tp, p.Name, err)
-				}
-				got, err := pt.Extract(full, p.Shape)
-				if err != nil {
-					t.Fatalf("tp %d %s: %v", tp, p.Name, err)
-				}
-				if len(got) != numel(shape) {
-					t.Fatalf("tp %d rank %d %s: part of %d values, shape %v", tp, r, p.Name, len(got), shape)
-				}
-				if pt.Split == Replicated {
-					if !slices.Equal(got, full) {
-						t.Fatalf("tp %d rank %d %s: replicated part differs from the tensor", tp, r, p.Name)
-					}
-					continue
-				}
-				n += len(got)
-				if err := pt.Insert(rebuilt, p.Shape, got); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if SplitOf(p.Name) == Replicated {
-				continue
-			}
-			if n != len(full) || !slices.Equal(rebuilt, full) {
-				t.Fatalf("tp %d %s: the %d values of the parts do not rebuild the %d of the tensor", tp, p.Name, n, len(full))
-			}
-		}
-	}
-}
+// TestSplitOf and TestPartsRebuildEveryTensor, which split every GPT-2
+// parameter, are engine/model's (parallel_split_test.go): the model's
+// tensor-parallel stage imports this package, so its tests cannot import
+// the model.
 
 // TestQKVHeadsTakesEachRanksHeadsFromQKAndV checks the c_attn split
 // against its definition, on a weight whose every entry says where it
