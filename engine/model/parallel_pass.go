@@ -1,0 +1,333 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gtrain/gtrain/engine/tensorpar"
+)
+
+// stageActs are what one micro-batch's forward keeps for its backward.
+// res[i] is local block i's input: on the first stage the embedding's
+// output, elsewhere (i = 0) Run's input buffer, which Run keeps unchanged
+// until the backward; res[layers] is the final LayerNorm's input on the
+// last stage (elsewhere the last block writes Run's output buffer).
+type stageActs struct {
+	x, y                  []int32 // the micro-batch's inputs (first stage) and targets (last)
+	res                   [][]float32
+	layers                []layerActs
+	lnf, lnfMean, lnfRstd []float32
+	probs                 []float32 // N×vs: the logits, then softmax, then their gradient
+	losses                []float32
+}
+
+// stageScratch are the buffers one pass at a time uses.
+type stageScratch struct {
+	proj        []float32 // rows×C: c_proj outputs, consumed at once by the residual add
+	dres, dln   []float32 // rows×C
+	dqkv, datty []float32
+	dfch, dgelu []float32 // N×hw
+	att         []float32 // attention backward's scratch
+}
+
+func newStageScratch(d stageDims, B, T, C, attScratch int) stageScratch {
+	return stageScratch{
+		proj: make([]float32, d.rows*C), dres: make([]float32, d.rows*C), dln: make([]float32, d.rows*C),
+		dqkv: make([]float32, d.N*3*d.cw), datty: make([]float32, d.N*d.cw),
+		dfch: make([]float32, d.N*d.hw), dgelu: make([]float32, d.N*d.hw), att: make([]float32, attScratch),
+	}
+}
+
+// newActs allocates one micro-batch's activations.
+func (s *Stage) newActs() *stageActs {
+	d, C := s.dims, s.Config.Embd
+	a := &stageActs{res: make([][]float32, d.layers+1)}
+	for i := range d.layers {
+		if i > 0 || d.isFirst {
+			a.res[i] = make([]float32, d.rows*C)
+		}
+		a.layers = append(a.layers, layerActs{
+			ln1: make([]float32, d.rows*C), ln1Mean: make([]float32, d.rows), ln1Rstd: make([]float32, d.rows),
+			qkv: make([]float32, d.N*3*d.cw), atty: make([]float32, d.N*d.cw), att: make([]float32, s.B*d.nh*s.T*s.T),
+			res2: make([]float32, d.rows*C), ln2: make([]float32, d.rows*C), ln2Mean: make([]float32, d.rows),
+			ln2Rstd: make([]float32, d.rows), fch: make([]float32, d.N*d.hw), fchGelu: make([]float32, d.N*d.hw),
+		})
+	}
+	if d.isFirst {
+		a.x = make([]int32, d.N)
+	}
+	if d.isLast {
+		a.y = make([]int32, d.N)
+		a.res[d.layers] = make([]float32, d.rows*C)
+		a.lnf, a.lnfMean, a.lnfRstd = make([]float32, d.rows*C), make([]float32, d.rows), make([]float32, d.rows)
+		a.probs, a.losses = make([]float32, d.N*d.vs), make([]float32, d.N)
+	}
+	return a
+}
+
+// take returns a free activation set for micro, making one when every set
+// is in flight: the schedule decides how many there are.
+func (s *Stage) take(micro int) (*stageActs, error) {
+	if _, ok := s.inflight[micro]; ok {
+		return nil, fmt.Errorf("model: stage %d: forward of micro-batch %d again before its backward", s.index, micro)
+	}
+	var a *stageActs
+	if k := len(s.free); k > 0 {
+		a, s.free = s.free[k-1], s.free[:k-1]
+	} else {
+		a = s.newActs()
+		s.allocated++
+	}
+	s.inflight[micro] = a
+	return a, nil
+}
+
+// release returns micro's activations to the free list.
+func (s *Stage) release(micro int) {
+	if a, ok := s.inflight[micro]; ok {
+		delete(s.inflight, micro)
+		if !s.dims.isFirst {
+			a.res[0] = nil // Run's buffer, not ours
+		}
+		s.free = append(s.free, a)
+	}
+}
+
+// checkPass validates a Forward's or Backward's arguments: one chunk, and
+// a buffer from the previous (next) stage exactly where there is one.
+func (s *Stage) checkPass(op string, chunk int, prev, next []float32) error {
+	n := s.dims.rows * s.Config.Embd
+	var err error
+	if chunk != 0 {
+		err = fmt.Errorf("model chunk %d: a stage runs one chunk (the interleaved schedule is not supported)", chunk)
+	}
+	for _, b := range []struct {
+		buf  []float32
+		none bool
+		what string
+	}{{prev, s.dims.isFirst, "from the previous stage"}, {next, s.dims.isLast, "for the next stage"}} {
+		switch {
+		case b.none && b.buf != nil:
+			err = errors.Join(err, fmt.Errorf("a buffer %s, which this stage has not", b.what))
+		case !b.none && len(b.buf) != n:
+			err = errors.Join(err, fmt.Errorf("a buffer %s of %d elements, want %d", b.what, len(b.buf), n))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("model: stage %d of %d: %s: %w", s.index, s.stages, op, err)
+	}
+	return nil
+}
+
+// InputLen is the length of the activation entering the stage (and of
+// the gradient it returns): this rank's token rows × the width.
+func (s *Stage) InputLen(int) int { return s.dims.rows * s.Config.Embd }
+
+// OutputLen is the length of the activation the stage passes on: the
+// same as its input's.
+func (s *Stage) OutputLen(int) int { return s.dims.rows * s.Config.Embd }
+
+// Forward runs micro-batch micro through the stage: from the embedding of
+// its tokens (first stage) or in, through the stage's blocks, into out or
+// (last stage) the loss, which Losses records.
+func (s *Stage) Forward(ctx context.Context, chunk, micro int, in, out []float32) error {
+	if err := s.checkPass("forward", chunk, in, out); err != nil {
+		return err
+	}
+	a, err := s.take(micro)
+	if err != nil {
+		return err
+	}
+	if err := s.forward(ctx, micro, a, in, out); err != nil {
+		s.release(micro)
+		return fmt.Errorf("model: stage %d: forward of micro-batch %d: %w", s.index, micro, err)
+	}
+	return nil
+}
+
+func (s *Stage) forward(ctx context.Context, micro int, a *stageActs, in, out []float32) error {
+	d, cfg := s.dims, s.Config
+	if err := s.feed(micro, a); err != nil {
+		return err
+	}
+	if d.isFirst {
+		e := tensorpar.Embedding{B: s.B, T: s.T, C: cfg.Embd, V: cfg.Vocab}
+		if err := s.tp.EmbeddingForward(ctx, e, a.res[0], a.x, s.w.wte, s.w.wpe); err != nil {
+			return err
+		}
+	} else {
+		a.res[0] = in
+	}
+	for i := range d.layers {
+		dst := a.res[i+1]
+		if i == d.layers-1 && !d.isLast {
+			dst = out
+		}
+		if err := s.blockForward(ctx, &s.w.blocks[i], &a.layers[i], a.res[i], dst); err != nil {
+			return fmt.Errorf("block %d: %w", s.first+i, err)
+		}
+	}
+	if !d.isLast {
+		return nil
+	}
+	loss, err := s.headForward(ctx, a)
+	if err != nil {
+		return err
+	}
+	s.record(micro, loss)
+	return nil
+}
+
+// feed copies micro's tokens that the stage reads: the inputs on the
+// first stage, the targets on the last.
+func (s *Stage) feed(micro int, a *stageActs) error {
+	if !s.dims.isFirst && !s.dims.isLast {
+		return nil
+	}
+	x, y, err := s.batch(micro)
+	if err != nil {
+		return fmt.Errorf("read the micro-batch: %w", err)
+	}
+	if len(x) != s.dims.N || len(y) != s.dims.N {
+		return fmt.Errorf("micro-batch of %d inputs and %d targets: want %d×%d = %d of each", len(x), len(y), s.B, s.T, s.dims.N)
+	}
+	copy(a.x, x) // a.x and a.y are nil where the stage does not read them
+	copy(a.y, y)
+	return nil
+}
+
+// headForward computes the last stage's loss: the final LayerNorm on this
+// rank's rows, the tied output layer as a column-parallel layer giving this
+// rank's vocabulary range of the logits, and the vocab-parallel
+// cross-entropy. It returns the mean over the micro-batch's tokens.
+func (s *Stage) headForward(ctx context.Context, a *stageActs) (float32, error) {
+	d, cfg := s.dims, s.Config
+	s.be.LayerNorm(a.lnf, a.lnfMean, a.lnfRstd, a.res[d.layers], s.w.lnfw, s.w.lnfb, d.rows, cfg.Embd)
+	if err := s.tp.ColumnForward(ctx, s.lin.head, a.probs, a.lnf, s.w.wte, nil); err != nil {
+		return 0, fmt.Errorf("output layer: %w", err)
+	}
+	if err := s.tp.CrossEntropy(ctx, a.losses, a.probs, a.probs, a.y, d.N, cfg.Vocab); err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, l := range a.losses {
+		sum += float64(l)
+	}
+	return float32(sum / float64(d.N)), nil
+}
+
+// blockForward computes a block on this rank's heads and MLP features:
+// out = res2 + MLP(LN2(res2)) with res2 = in + Attention(LN1(in)), the
+// LayerNorms and residual adds on this rank's rows (all of them without
+// sequence parallelism).
+func (s *Stage) blockForward(ctx context.Context, lw *layerWeights, la *layerActs, in, out []float32) error {
+	be, g, proj := s.be, s.tp, s.sc.proj
+	d, C := s.dims, s.Config.Embd
+	be.LayerNorm(la.ln1, la.ln1Mean, la.ln1Rstd, in, lw.ln1w, lw.ln1b, d.rows, C)
+	if err := g.ColumnForward(ctx, s.lin.qkv, la.qkv, la.ln1, lw.qkvw, lw.qkvb); err != nil {
+		return err
+	}
+	be.Attention(la.atty, la.att, la.qkv, s.B, s.T, d.cw, d.nh)
+	if err := g.RowForward(ctx, s.lin.attProj, proj, la.atty, lw.attprojw, lw.attprojb); err != nil {
+		return err
+	}
+	be.Residual(la.res2, in, proj)
+	be.LayerNorm(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, lw.ln2w, lw.ln2b, d.rows, C)
+	if err := g.ColumnForward(ctx, s.lin.fc, la.fch, la.ln2, lw.fcw, lw.fcb); err != nil {
+		return err
+	}
+	be.Gelu(la.fchGelu, la.fch)
+	if err := g.RowForward(ctx, s.lin.fcProj, proj, la.fchGelu, lw.fcprojw, lw.fcprojb); err != nil {
+		return err
+	}
+	be.Residual(out, la.res2, proj)
+	return nil
+}
+
+// Backward runs micro-batch micro back through the stage: from its loss
+// (last stage, scaled by DLoss) or dout, through the stage's blocks, into
+// the embeddings' gradients (first stage) or din, accumulating the
+// parameters' gradients.
+func (s *Stage) Backward(ctx context.Context, chunk, micro int, dout, din []float32) error {
+	if err := s.checkPass("backward", chunk, din, dout); err != nil {
+		return err
+	}
+	a, ok := s.inflight[micro]
+	if !ok {
+		return fmt.Errorf("model: stage %d: backward of micro-batch %d, whose forward has not run", s.index, micro)
+	}
+	defer s.release(micro)
+	if err := s.backward(ctx, a, dout, din); err != nil {
+		return fmt.Errorf("model: stage %d: backward of micro-batch %d: %w", s.index, micro, err)
+	}
+	return nil
+}
+
+func (s *Stage) backward(ctx context.Context, a *stageActs, dout, din []float32) error {
+	d, cfg, sc := s.dims, s.Config, &s.sc
+	if d.isLast {
+		if err := s.headBackward(ctx, a); err != nil {
+			return err
+		}
+	} else {
+		copy(sc.dres, dout)
+	}
+	for i := d.layers - 1; i >= 0; i-- {
+		if err := s.blockBackward(ctx, &s.w.blocks[i], &s.g.blocks[i], &a.layers[i], a.res[i]); err != nil {
+			return fmt.Errorf("block %d: %w", s.first+i, err)
+		}
+	}
+	if !d.isFirst {
+		copy(din, sc.dres)
+		return nil
+	}
+	e := tensorpar.Embedding{B: s.B, T: s.T, C: cfg.Embd, V: cfg.Vocab}
+	return s.tp.EmbeddingBackward(ctx, e, s.g.wte, s.g.wpe, sc.dres, a.x)
+}
+
+// headBackward leaves in sc.dres the gradient of DLoss × the micro-batch's
+// mean loss with respect to the final LayerNorm's input, accumulating the
+// output layer's (tied embedding's) and the LayerNorm's gradients.
+func (s *Stage) headBackward(ctx context.Context, a *stageActs) error {
+	d, cfg, sc := s.dims, s.Config, &s.sc
+	if err := s.tp.CrossEntropyBackward(a.probs, a.probs, a.y, s.DLoss/float32(d.N), d.N, cfg.Vocab); err != nil {
+		return err
+	}
+	if err := s.tp.ColumnBackward(ctx, s.lin.head, sc.dln, s.g.wte, nil, a.probs, a.lnf, s.w.wte); err != nil {
+		return fmt.Errorf("output layer: %w", err)
+	}
+	clear(sc.dres)
+	s.be.LayerNormBackward(sc.dres, s.g.lnfw, s.g.lnfb, sc.dln, a.res[d.layers], s.w.lnfw, a.lnfMean, a.lnfRstd, d.rows, cfg.Embd)
+	return nil
+}
+
+// blockBackward turns sc.dres from the gradient of a block's output into
+// that of its input (this rank's rows), accumulating the block's
+// parameter gradients into gw: blockForward's steps in reverse, each TP
+// layer's backward doing its reduction.
+func (s *Stage) blockBackward(ctx context.Context, lw, gw *layerWeights, la *layerActs, in []float32) error {
+	be, g, sc := s.be, s.tp, &s.sc
+	d, C := s.dims, s.Config.Embd
+	// out = res2 + c_proj(gelu(c_fc(LN2(res2))))
+	if err := g.RowBackward(ctx, s.lin.fcProj, sc.dgelu, gw.fcprojw, gw.fcprojb, sc.dres, la.fchGelu, lw.fcprojw); err != nil {
+		return err
+	}
+	clear(sc.dfch)
+	be.GeluBackward(sc.dfch, la.fch, sc.dgelu)
+	if err := g.ColumnBackward(ctx, s.lin.fc, sc.dln, gw.fcw, gw.fcb, sc.dfch, la.ln2, lw.fcw); err != nil {
+		return err
+	}
+	be.LayerNormBackward(sc.dres, gw.ln2w, gw.ln2b, sc.dln, la.res2, lw.ln2w, la.ln2Mean, la.ln2Rstd, d.rows, C)
+	// res2 = in + c_proj(attention(c_attn(LN1(in))))
+	if err := g.RowBackward(ctx, s.lin.attProj, sc.datty, gw.attprojw, gw.attprojb, sc.dres, la.atty, lw.attprojw); err != nil {
+		return err
+	}
+	clear(sc.dqkv)
+	be.AttentionBackward(sc.dqkv, sc.datty, la.qkv, la.att, sc.att, s.B, s.T, d.cw, d.nh)
+	if err := g.ColumnBackward(ctx, s.lin.qkv, sc.dln, gw.qkvw, gw.qkvb, sc.dqkv, la.ln1, lw.qkvw); err != nil {
+		return err
+	}
+	be.LayerNormBackward(sc.dres, gw.ln1w, gw.ln1b, sc.dln, in, lw.ln1w, la.ln1Mean, la.ln1Rstd, d.rows, C)
+	return nil
+}
