@@ -109,7 +109,7 @@ func buildIndex(dir string, step int64, files []File) ([]TensorIndex, map[string
 	}
 	idx := make([]TensorIndex, 0, len(byName))
 	for _, t := range byName {
-		sort.Slice(t.Shards, func(i, j int) bool { return t.Shards[i].Offset < t.Shards[j].Offset })
+		sortShards(t.Shards)
 		idx = append(idx, *t)
 	}
 	sort.Slice(idx, func(i, j int) bool { return idx[i].Name < idx[j].Name })
@@ -150,6 +150,10 @@ func indexFile(byName map[string]*TensorIndex, h *Header, step int64, f File) er
 	if rm.step != step || rm.rank != f.Rank {
 		return fmt.Errorf("holds step %d of rank %d, listed as step %d of rank %d", rm.step, rm.rank, step, f.Rank)
 	}
+	parts, err := readPartsMeta(h, rm)
+	if err != nil {
+		return err
+	}
 	for _, e := range h.Entries {
 		sm, ok := rm.shards[e.Name]
 		switch {
@@ -165,7 +169,7 @@ func indexFile(byName map[string]*TensorIndex, h *Header, step int64, f File) er
 		} else if !slices.Equal(t.Shape, sm.Shape) {
 			return fmt.Errorf("tensor %q: shape %v here, %v in %s", e.Name, sm.Shape, t.Shape, t.Shards[0].File)
 		}
-		t.Shards = append(t.Shards, ShardRef{File: f.Name, Offset: sm.Offset, Len: e.Numel()})
+		t.Shards = append(t.Shards, ShardRef{File: f.Name, Offset: sm.Offset, Len: e.Numel(), Part: parts[e.Name]})
 	}
 	return nil
 }

@@ -30,6 +30,17 @@
 // leaves at worst an incomplete directory that is skipped, and the previous
 // checkpoint still loads.
 //
+// A rank of a tensor-parallel layout writes its file with WriteParts: each
+// tensor is a tensorpar.Part of the full tensor (rows, columns, or the
+// q|k|v heads of c_attn), whole or a range of it (ZeRO over DP ranks), and
+// "gtrain.parts" in the metadata names the part; the manifest's shard then
+// carries a "part" and its offset and length count elements of the part.
+// Replicated tensors are saved by TP rank 0 only, so every tensor is still
+// saved once, and a file without parts is exactly what WriteShard writes.
+// ReadRange, ReadPart and ReadPartRange assemble any piece of a full tensor
+// (a ZeRO range, a part of any TP size, a range of such a part) from shards
+// of any layout, and Export writes the same file whatever the layout.
+//
 // The safetensors format (also what Export writes, readable by the
 // safetensors/PyTorch ecosystem): an 8-byte little-endian header length N, N
 // bytes of JSON {"NAME": {"dtype": "F32", "shape": [...], "data_offsets":

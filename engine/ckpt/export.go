@@ -103,6 +103,12 @@ func export(ctx context.Context, c *Checkpoint, out string, opts ExportOptions) 
 			return err
 		}
 		for _, t := range sel {
+			if t.hasParts() {
+				if err := c.copyParts(ctx, w, &t, opts.DType); err != nil {
+					return err
+				}
+				continue
+			}
 			for _, s := range t.Shards { // in offset order, tiling the tensor
 				if err := c.copyEntry(ctx, w, s, t.Name, opts.DType); err != nil {
 					return err

@@ -70,11 +70,28 @@ type File struct {
 }
 
 // ShardRef is where one shard of a tensor is: which file, and which
-// elements of the flattened full tensor it holds.
+// elements it holds. Without a Part (DP and ZeRO layouts, and every
+// checkpoint before tensor parallelism) they are elements [Offset,
+// Offset+Len) of the flattened full tensor; with one, of the flattened
+// tensor-parallel part (see PartRef).
 type ShardRef struct {
-	File   string `json:"file"`
-	Offset int    `json:"offset"`
-	Len    int    `json:"len"`
+	File   string  `json:"file"`
+	Offset int     `json:"offset"`
+	Len    int     `json:"len"`
+	Part   PartRef `json:"part,omitzero"`
+}
+
+// PartRef is a tensor-parallel part of a full tensor, as
+// engine/tensorpar.Part cuts it: Split is "rows", "columns" or
+// "qkv-heads" (tensorpar.Split's names), Rank of Size the part, Heads the
+// attention heads a qkv-heads split needs (0 for the others). A whole
+// tensor has no PartRef (the zero value): a replicated tensor or a part of
+// one is listed without one.
+type PartRef struct {
+	Split string `json:"split"`
+	Rank  int    `json:"rank"`
+	Size  int    `json:"size"`
+	Heads int    `json:"heads,omitempty"`
 }
 
 // TensorIndex is one tensor of a checkpoint: its full shape, and its shards
@@ -197,7 +214,7 @@ func validateTensors(tensors []TensorIndex, files []File) error {
 				return fmt.Errorf("tensor %q: shard in %q, which is not a listed file", t.Name, s.File)
 			}
 		}
-		if err := checkShards(t.Shards, numel); err != nil {
+		if err := checkTensorShards(t.Shards, t.Shape, numel); err != nil {
 			return fmt.Errorf("tensor %q of shape %v: %w", t.Name, t.Shape, err)
 		}
 	}

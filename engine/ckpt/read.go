@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/gtrain/gtrain/engine/tensorpar"
 )
 
 // Checkpoint is a verified checkpoint, as Open and Latest return it. Its
@@ -46,6 +48,9 @@ func (c *Checkpoint) Tensor(name string) ([]float32, []int, error) {
 	t, err := c.index(name)
 	if err != nil {
 		return nil, nil, err
+	}
+	if t.hasParts() {
+		return c.ReadPart(name, tensorpar.Part{Split: tensorpar.Replicated, Size: 1})
 	}
 	// Open checked that the shards tile the shape and that the files hold
 	// them, so the size is bounded by the files'.
@@ -105,13 +110,28 @@ func (c *Checkpoint) entry(file, name string) (*Header, Entry, error) {
 // Shard returns what rank wrote with WriteShard: its tensors (each with the
 // full shape and its offset), in the order they were written, and its
 // state bytes. Use it to resume with the layout that wrote the checkpoint.
+// A file of tensor-parallel parts (WriteParts) is refused: Parts reads it.
 func (c *Checkpoint) Shard(rank int) ([]Tensor, []byte, error) {
+	tensors, state, parts, err := c.readRank(rank)
+	if err == nil && len(parts) > 0 {
+		return nil, nil, fmt.Errorf("ckpt: read %s: the file of rank %d holds tensor-parallel parts: read it with Parts", filepath.Base(c.Dir), rank)
+	}
+	return tensors, state, err
+}
+
+// readRank reads rank's file: its tensors (the offsets within their parts,
+// if any), state, and parts by tensor name.
+func (c *Checkpoint) readRank(rank int) ([]Tensor, []byte, map[string]PartRef, error) {
 	name, h, rm, err := c.rankFile(rank)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	fail := func(err error) ([]Tensor, []byte, error) {
-		return nil, nil, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
+	fail := func(err error) ([]Tensor, []byte, map[string]PartRef, error) {
+		return nil, nil, nil, fmt.Errorf("ckpt: read %s/%s: %w", filepath.Base(c.Dir), name, err)
+	}
+	parts, err := readPartsMeta(h, rm)
+	if err != nil {
+		return fail(err)
 	}
 	f, err := os.Open(filepath.Join(c.Dir, name))
 	if err != nil {
@@ -129,7 +149,7 @@ func (c *Checkpoint) Shard(rank int) ([]Tensor, []byte, error) {
 			return fail(fmt.Errorf("tensor %q: %w", e.Name, err))
 		}
 	}
-	return tensors, rm.state, nil
+	return tensors, rm.state, parts, nil
 }
 
 // State returns the state bytes rank wrote with WriteShard, without

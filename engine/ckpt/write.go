@@ -69,18 +69,30 @@ func WriteShard(root string, step int64, rank int, tensors []Tensor, state []byt
 	if err != nil {
 		return fail(err)
 	}
-	header, err := encodeHeader(entries, meta)
+	file, err := writeRankFile(root, step, rank, entries, meta, tensors)
 	if err != nil {
 		return fail(err)
 	}
+	return file, nil
+}
+
+// writeRankFile writes rank's file of step under root: a header of entries
+// and meta, then the tensors' data in order, its SHA-256 computed while it
+// is written.
+func writeRankFile(root string, step int64, rank int, entries []Entry, meta map[string]string, tensors []Tensor) (File, error) {
+	name := RankFileName(rank)
+	header, err := encodeHeader(entries, meta)
+	if err != nil {
+		return File{}, err
+	}
 	dir := filepath.Join(root, StepDirName(step))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
+		return File{}, err
 	}
 	// A run resumed from an older checkpoint rewrites later steps: the old
 	// manifest must not vouch for a mix of old and new files.
 	if err := removeIfExists(filepath.Join(dir, ManifestName)); err != nil {
-		return fail(err)
+		return File{}, err
 	}
 	file := File{Name: name, Rank: rank}
 	err = writeAtomic(filepath.Join(dir, name), func(f io.Writer) error {
@@ -92,10 +104,7 @@ func WriteShard(root string, step int64, rank int, tensors []Tensor, state []byt
 		file.Bytes, file.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
 		return nil
 	})
-	if err != nil {
-		return fail(err)
-	}
-	return file, nil
+	return file, err
 }
 
 // planShard checks a rank's tensors and returns the entries and metadata of
