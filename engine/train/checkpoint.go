@@ -11,6 +11,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/data"
+	"github.com/gtrain/gtrain/engine/optim"
 	"github.com/gtrain/gtrain/engine/zero"
 )
 
@@ -202,7 +203,7 @@ func (t *Trainer) setAside(c *ckpt.Checkpoint) error {
 // takes its part of every tensor (engine/zero resharding).
 func (t *Trainer) load(c *ckpt.Checkpoint) error {
 	fail := func(err error) error { return fmt.Errorf("train: load %s: %w", c.Dir, err) }
-	if err := t.zero.Load(c); err != nil {
+	if err := t.loadTensors(c); err != nil {
 		return fail(err)
 	}
 	stateBytes, err := c.State(c.Manifest.Files[0].Rank)
@@ -219,14 +220,38 @@ func (t *Trainer) load(c *ckpt.Checkpoint) error {
 	if err := t.sampler.Restore(st.Sampler); err != nil {
 		return fail(err)
 	}
-	if st.Scaler != nil {
+	if st.Scaler != nil && t.zero != nil {
 		t.zero.RestoreScaler(*st.Scaler)
 	}
-	t.step, t.zero.Optimizer().Step = st.Step, st.AdamStep
-	if l := c.Manifest.Layout; l.World != t.env.World || l.ZeroStage != t.spec.Parallel.ZeroStage {
-		t.logf("resharded: checkpoint of %d ranks at ZeRO stage %d, resumed on %d at stage %d", l.World, l.ZeroStage, t.env.World, t.spec.Parallel.ZeroStage)
+	t.step, t.adam().Step = st.Step, st.AdamStep
+	p := t.spec.Parallel
+	l := c.Manifest.Layout
+	l.TP, l.PP = max(l.TP, 1), max(l.PP, 1)
+	switch {
+	case l.TP != p.TP || l.PP != p.PP:
+		t.logf("resharded: checkpoint of tp %d × pp %d × dp %d at ZeRO stage %d, resumed on tp %d × pp %d × dp %d at stage %d",
+			l.TP, l.PP, l.DP, l.ZeroStage, p.TP, p.PP, p.DP, p.ZeroStage)
+	case l.World != t.env.World || l.ZeroStage != p.ZeroStage:
+		t.logf("resharded: checkpoint of %d ranks at ZeRO stage %d, resumed on %d at stage %d", l.World, l.ZeroStage, t.env.World, p.ZeroStage)
 	}
 	return nil
+}
+
+// loadTensors restores the parameters and the optimizer's moments from c,
+// whatever layout wrote it.
+func (t *Trainer) loadTensors(c *ckpt.Checkpoint) error {
+	if t.grid != nil {
+		return t.grid.load(c)
+	}
+	return t.zero.Load(c)
+}
+
+// adam is the rank's AdamW state.
+func (t *Trainer) adam() *optim.AdamW {
+	if t.grid != nil {
+		return t.grid.opt.Optimizer()
+	}
+	return t.zero.Optimizer()
 }
 
 // checkpointDue says whether the step just completed is saved: every
@@ -241,7 +266,7 @@ func (t *Trainer) checkpointDue() bool {
 // Every rank must call it. It returns the step directory.
 func (t *Trainer) SaveCheckpoint() (string, error) {
 	dir := t.spec.Checkpoint.Dir
-	st := rankState{Step: t.step, AdamStep: t.zero.Optimizer().Step, Sampler: t.sampler.State()}
+	st := rankState{Step: t.step, AdamStep: t.adam().Step, Sampler: t.sampler.State()}
 	if t.spec.Precision == "fp16" {
 		sc := t.zero.Scaler()
 		st.Scaler = &sc
@@ -250,7 +275,13 @@ func (t *Trainer) SaveCheckpoint() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, werr := ckpt.WriteShard(dir, int64(t.step), t.env.Rank, t.zero.Shard(), state)
+	var f ckpt.File
+	var werr error
+	if t.grid != nil {
+		f, werr = ckpt.WriteParts(dir, int64(t.step), t.env.Rank, t.grid.parts(), state)
+	} else {
+		f, werr = ckpt.WriteShard(dir, int64(t.step), t.env.Rank, t.zero.Shard(), state)
+	}
 	files, err := t.shareFiles(f, werr)
 	if err == nil && t.env.Rank == 0 {
 		p := t.spec.Parallel

@@ -74,7 +74,12 @@ func (t *Trainer) divergedError(step int, what string) *DivergedError {
 // could only diverge again when resumed, and with checkpoint.keep it would
 // push the last good one out.
 func (t *Trainer) save() (string, error) {
-	bad := float32(t.zero.NonFinite())
+	var bad float32
+	if t.grid != nil {
+		bad = float32(t.grid.nonFinite())
+	} else {
+		bad = float32(t.zero.NonFinite())
+	}
 	if t.env.Comm != nil {
 		v := []float32{bad}
 		if err := t.env.Comm.AllReduce(t.ctx(), comm.F32(v), comm.Max); err != nil {

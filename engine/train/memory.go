@@ -10,6 +10,7 @@ import (
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/zero"
+	"github.com/gtrain/gtrain/planner"
 )
 
 // MemoryEstimate is the memory one rank of a job needs, by category, in
@@ -60,10 +61,31 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 		Activations: float64(act.Total()),
 		Init:        4 * float64(cfg.NumParams()),
 	}
+	if mp := spec.Parallel.ModelParallel(); mp > 1 {
+		m = gridEstimate(m, spec, zc, rank)
+	}
 	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
 		m.Data = 2 * float64(spec.Data.Synthetic+max(spec.Data.Synthetic/10, spec.Batch.Seq+2))
 	}
 	return m, nil
+}
+
+// gridEstimate is the estimate m of a rank under tensor and pipeline
+// parallelism: the model states of its DP group's ZeRO partition of one
+// replica's 1/(tp·pp) (the tied embedding's second copy and the TP-
+// replicated tensors make a stage's share a little larger: a small
+// underestimate), no buffers (the distributed optimizer reduces in
+// place). Activations stay the whole model's for one micro-batch: the
+// first stage keeps up to pp micro-batches of its layers/pp layers, and
+// sequence parallelism divides most of them by tp, so this is an upper
+// estimate.
+func gridEstimate(m MemoryEstimate, spec Spec, zc zero.Config, rank int) MemoryEstimate {
+	p := spec.Parallel
+	grid := planner.Grid{TP: p.TP, PP: p.PP, DP: max(p.DP, 1)}
+	z := zero.Estimate(zc, spec.Model.Config, grid.DP, grid.Coord(rank).DP)
+	share := float64(p.ModelParallel())
+	m.Params, m.Grads, m.Optimizer, m.Buffers = float64(z.Params)/share, float64(z.Grads)/share, float64(z.Optimizer)/share, 0
+	return m
 }
 
 // HostCapacity is the most memory the ranks of a job on this host can hold

@@ -70,14 +70,29 @@ type EvalSpec struct {
 	Batches int `json:"batches" mapstructure:"batches"`
 }
 
-// Parallel is the layout: data-parallel ranks and the ZeRO stage, and how
-// gradients travel. Tensor and pipeline parallelism (tp, pp) are not in the
-// engine yet and must be 1; `gtrain plan` previews layouts that use them.
+// Parallel is the layout: the tensor-, pipeline- and data-parallel degrees
+// (a run has tp × pp × dp ranks, laid out as `gtrain plan` prints them, TP
+// fastest), the ZeRO stage, and how gradients travel. With tp = pp = 1 the
+// engine runs data parallelism and ZeRO 0–3 in any precision; with tp·pp >
+// 1, Megatron-LM's tensor and pipeline parallelism (1F1B over grad_accum
+// micro-batches) with ZeRO 0 or 1, in fp32.
 type Parallel struct {
-	DP        int `json:"dp" mapstructure:"dp"` // data-parallel ranks; 0 means every rank of the run
+	DP        int `json:"dp" mapstructure:"dp"` // data-parallel replicas; 0 means every rank of the run over tp × pp
 	TP        int `json:"tp" mapstructure:"tp"`
 	PP        int `json:"pp" mapstructure:"pp"`
 	ZeroStage int `json:"zero_stage" mapstructure:"zero_stage"`
+	// SequenceParallel shards the activations outside the tensor-parallel
+	// regions along the sequence (Korthikanti et al. 2022). Unset: on when
+	// tp > 1, as gtrain plan counts the activations.
+	SequenceParallel *bool `json:"sequence_parallel,omitempty" mapstructure:"sequence_parallel"`
+	// PPLayers is the number of layers of each pipeline stage (one count
+	// per stage, adding up to the model's layers); empty: the planner's
+	// split, the later stages taking the extra layers.
+	PPLayers []int `json:"pp_layers,omitempty" mapstructure:"pp_layers"`
+	// VirtualStages is the model chunks per pipeline rank of Megatron-LM's
+	// interleaved schedule (its virtual_pipeline_model_parallel_size); only
+	// 1 (0 means 1), the plain 1F1B schedule, is built.
+	VirtualStages int `json:"virtual_stages,omitempty" mapstructure:"virtual_stages"`
 	// BucketMB and FirstBucketMB size the gradient buckets (MiB of
 	// gradients) reduced while backward goes on; the first to fill is
 	// small so that communication starts early (PyTorch DDP's 25 and 1).
@@ -188,14 +203,15 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("job: checkpoint.every %d, checkpoint.keep %d: must not be negative", s.Checkpoint.Every, s.Checkpoint.Keep)
 	case s.Eval.Every < 0 || s.Eval.Batches < 0 || s.LogEvery < 0 || s.Threads < 0:
 		return errors.New("job: eval.every, eval.batches, log_every and threads must not be negative")
-	case p.TP > 1 || p.PP > 1:
-		return fmt.Errorf("job: parallel.tp %d, parallel.pp %d: the engine has data parallelism and ZeRO only; set both to 1 (gtrain plan previews TP and PP layouts)", p.TP, p.PP)
 	case p.DP < 0 || p.TP < 0 || p.PP < 0:
-		return fmt.Errorf("job: parallel.dp %d: must not be negative (0 means every rank of the run)", p.DP)
+		return fmt.Errorf("job: parallel.dp %d, parallel.tp %d, parallel.pp %d: must not be negative (0 means every rank of the run for dp, 1 for tp and pp)", p.DP, p.TP, p.PP)
 	case p.ZeroStage < 0 || p.ZeroStage > 3:
 		return fmt.Errorf("job: parallel.zero_stage %d: want 0 (plain data parallel), 1, 2 or 3", p.ZeroStage)
 	case p.BucketMB < 0 || p.FirstBucketMB < 0:
 		return fmt.Errorf("job: parallel.bucket_mb %g, parallel.first_bucket_mb %g: must not be negative", p.BucketMB, p.FirstBucketMB)
+	}
+	if err := s.validateGrid(c); err != nil {
+		return err
 	}
 	// A micro-batch with one activation buffer beyond any host is one the
 	// model cannot build: refused here, naming the keys, not by the ranks.
@@ -220,6 +236,9 @@ func (s Spec) validateBounds() error {
 		{"eval.batches", s.Eval.Batches, MaxEvalBatch},
 		{"threads", s.Threads, MaxThreads},
 		{"parallel.dp", s.Parallel.DP, MaxDP},
+		{"parallel.tp", s.Parallel.TP, MaxDP},
+		{"parallel.pp", s.Parallel.PP, MaxDP},
+		{"parallel.virtual_stages", s.Parallel.VirtualStages, MaxDP},
 	} {
 		if b.v > b.max {
 			return fmt.Errorf("job: %s %d: must be at most %d", b.key, b.v, b.max)
@@ -300,6 +319,10 @@ func (s Spec) Resolved() (Spec, error) {
 		s.Recompute = string(model.RecomputeNone)
 	}
 	s.Parallel.TP, s.Parallel.PP = max(s.Parallel.TP, 1), max(s.Parallel.PP, 1)
+	if s.Parallel.SequenceParallel == nil && s.Parallel.TP > 1 {
+		on := true // the planner's default
+		s.Parallel.SequenceParallel = &on
+	}
 	// One spelling of each precision (Validate has parsed it): the trainer
 	// tells fp16, which needs loss scaling, by its name.
 	p, _ := comm.ParseDType(s.Precision)

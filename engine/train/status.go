@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/gtrain/gtrain/planner"
 )
 
 // Record is one step's status record, the JSON object a rank writes to the
@@ -27,6 +29,9 @@ type Record struct {
 	StepMillis float64   `json:"step_ms"`
 	TokensPerS float64   `json:"tokens_per_s"`
 	Memory     MemoryUse `json:"memory"`
+	// Coord is the rank's place in a tensor- and pipeline-parallel layout
+	// (tp·pp > 1; absent otherwise, where it is dp = the rank).
+	Coord *planner.Coord `json:"coord,omitempty"`
 }
 
 // recordJSON is Record with the values that can stop being finite as
@@ -151,6 +156,9 @@ type MemoryUse struct {
 
 // Memory is what this rank holds now.
 func (t *Trainer) Memory() MemoryUse {
+	if t.grid != nil {
+		return t.grid.memory()
+	}
 	z := t.zero.Memory()
 	u := MemoryUse{Params: z.Params, Grads: z.Grads, Optimizer: z.Optimizer, Activations: t.model.ActivationBytes(), Buffers: z.Buffers}
 	u.Total = u.Params + u.Grads + u.Optimizer + u.Activations + u.Buffers
@@ -167,6 +175,10 @@ func (t *Trainer) record(step int, o stepOutcome, elapsed time.Duration, tokens 
 	}
 	if t.spec.Precision == "fp16" {
 		r.LossScale = t.zero.LossScale()
+	}
+	if t.grid != nil {
+		c := t.grid.groups.Coord
+		r.Coord = &c
 	}
 	return r
 }

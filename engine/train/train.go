@@ -75,6 +75,7 @@ type Trainer struct {
 	env     Env
 	model   *model.Model
 	zero    *zero.Engine
+	grid    *gridRank // tensor and pipeline parallelism (tp·pp > 1): instead of model and zero
 	sampler *data.Sampler
 	train   *data.Tokens
 	val     *data.Tokens
@@ -128,6 +129,9 @@ func NewContext(ctx context.Context, spec Spec, env Env) (*Trainer, error) {
 // batch buffers, giving up between steps (and between the tensors of the
 // initialisation) when ctx ends or the rank is preempted.
 func (t *Trainer) build(ctx context.Context) error {
+	if t.spec.Parallel.ModelParallel() > 1 {
+		return t.buildGrid(ctx)
+	}
 	spec, env, cfg := t.spec, t.env, t.spec.Model.Config
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	rc, _ := model.ParseRecompute(spec.Recompute)
@@ -157,7 +161,16 @@ func (t *Trainer) build(ctx context.Context) error {
 	}
 	// The rank layout gtrain plan prints: with TP = PP = 1 a rank's data
 	// shard is its rank.
-	grid := planner.Grid{TP: spec.Parallel.TP, PP: spec.Parallel.PP, DP: spec.Parallel.DP}
+	return t.buildData(planner.Grid{TP: spec.Parallel.TP, PP: spec.Parallel.PP, DP: spec.Parallel.DP})
+}
+
+// buildData makes the sampler of this rank's data-parallel replica in
+// grid (every TP and PP rank of a replica draws the same rows), the
+// validation batches and the batch buffers.
+func (t *Trainer) buildData(grid planner.Grid) error {
+	spec, env := t.spec, t.env
+	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
+	var err error
 	t.sampler, err = data.NewSampler(t.train, data.SamplerConfig{Seed: spec.Seed, Batch: B, Seq: T, Rank: grid.Coord(env.Rank).DP, World: grid.DP})
 	if err != nil {
 		return err
@@ -171,30 +184,39 @@ func (t *Trainer) build(ctx context.Context) error {
 	return nil
 }
 
-// fitDP makes parallel.dp the run's rank count. A spec written for another
-// count is an error, except on resume, where the micro-batch is rescaled
-// so that the global batch (and so the data order and the loss curve)
-// stays the checkpoint's.
+// fitDP makes parallel.dp the run's rank count over tp × pp (the model
+// replicas). A spec written for another count is an error, except on
+// resume, where the micro-batch is rescaled so that the global batch (and
+// so the data order and the loss curve) stays the checkpoint's.
 func fitDP(spec Spec, env Env) (Spec, error) {
 	p := &spec.Parallel
-	if p.DP == 0 || p.DP == env.World {
-		p.DP = env.World
+	mp := p.ModelParallel()
+	if env.World%mp != 0 {
+		return spec, fmt.Errorf("train: parallel.tp %d × parallel.pp %d = %d ranks per model replica do not divide the run's %d ranks: run a multiple of %d ranks, or choose tp and pp whose product divides %d (gtrain resume takes --set parallel.tp=… --set parallel.pp=…)",
+			p.TP, p.PP, mp, env.World, mp, env.World)
+	}
+	dp := env.World / mp
+	if p.DP == 0 || p.DP == dp {
+		p.DP = dp
 		return spec, nil
 	}
 	b := &spec.Batch
-	rows := b.MicroBatch * p.DP // sequences per micro-step, over all ranks
+	rows := b.MicroBatch * p.DP // sequences per micro-step, over all replicas
 	if !env.Resume {
+		if mp > 1 {
+			return spec, fmt.Errorf("train: parallel.dp %d, but the run's %d ranks make %d replicas of tp %d × pp %d: set parallel.dp to %d or to 0 (every replica)", p.DP, env.World, dp, p.TP, p.PP, dp)
+		}
 		return spec, fmt.Errorf("train: parallel.dp %d, but the run has %d ranks: set parallel.dp to %d or to 0 (every rank)", p.DP, env.World, env.World)
 	}
-	if rows%env.World != 0 {
-		return spec, fmt.Errorf("train: resume on %d ranks: the checkpoint's %d sequences per micro-step (micro_batch %d × dp %d) do not divide over %d ranks; resume on a divisor of %d ranks",
-			env.World, rows, b.MicroBatch, p.DP, env.World, rows)
+	if rows%dp != 0 {
+		return spec, fmt.Errorf("train: resume on %d ranks (dp %d): the checkpoint's %d sequences per micro-step (micro_batch %d × dp %d) do not divide over %d replicas; resume on a layout whose dp divides %d",
+			env.World, dp, rows, b.MicroBatch, p.DP, dp, rows)
 	}
 	if env.Rank == 0 && env.Log != nil {
 		fmt.Fprintf(env.Log, "resharding: dp %d → %d, micro_batch %d → %d (the global batch stays %d sequences)\n",
-			p.DP, env.World, b.MicroBatch, rows/env.World, rows*b.GradAccum)
+			p.DP, dp, b.MicroBatch, rows/dp, rows*b.GradAccum)
 	}
-	b.MicroBatch, p.DP = rows/env.World, env.World
+	b.MicroBatch, p.DP = rows/dp, dp
 	return spec, nil
 }
 
@@ -261,9 +283,12 @@ func synthetic(seed uint64, n int, stop func() error) ([]uint16, error) {
 	return out, err
 }
 
-// Close releases the data files.
+// Close releases the data files and the process groups.
 func (t *Trainer) Close() error {
 	err := t.train.Close()
+	if gerr := t.grid.close(); err == nil {
+		err = gerr
+	}
 	if t.val != nil {
 		if verr := t.val.Close(); err == nil {
 			err = verr
@@ -290,6 +315,9 @@ func (o stepOutcome) diverged() bool { return o.res.NonFinite && !o.res.Skipped 
 // update, which a loss that is not finite replaces by an overflow (no
 // update). A step that diverged leaves t.step where it was.
 func (t *Trainer) trainStep() (o stepOutcome, err error) {
+	if t.grid != nil {
+		return t.gridStep()
+	}
 	m, e, accum := t.model, t.zero, t.spec.Batch.GradAccum
 	dloss := float32(e.LossScale()) / float32(accum)
 	var sum float64
@@ -360,7 +388,9 @@ func Run(ctx context.Context, spec Spec, env Env) (Result, error) {
 func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	var res Result
 	t.runCtx = ctx
-	t.zero.Bind(ctx)
+	if t.zero != nil {
+		t.zero.Bind(ctx)
+	}
 	release, err := t.prepareCheckpoints(&res)
 	if err != nil {
 		return res, err
@@ -373,9 +403,9 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 	if t.env.StopAfter > 0 {
 		last = min(last, t.env.StopAfter)
 	}
-	tokens := t.spec.Batch.MicroBatch * t.spec.Batch.Seq * t.spec.Batch.GradAccum * t.env.World
+	tokens := t.spec.Batch.MicroBatch * t.spec.Batch.Seq * t.spec.Batch.GradAccum * t.spec.Parallel.DP
 	t.logf("gtrain engine: %s, %d parameters, %d steps of %d tokens, %s, %d threads per rank, starting at step %d",
-		t.describeModel(), t.model.Config.NumParams(), t.spec.Steps, tokens, t.describeLayout(), t.spec.threads(t.env), t.step)
+		t.describeModel(), t.spec.Model.Config.NumParams(), t.spec.Steps, tokens, t.describeLayout(), t.spec.threads(t.env), t.step)
 	for t.step < last && !res.Preempted {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("train: stopped at step %d: %w", t.step, context.Cause(ctx))
@@ -384,11 +414,11 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 			testHookStep(t)
 		}
 		if err := t.runStep(&res, tokens); err != nil {
-			res.Steps, res.Skipped = t.step, t.zero.Scaler().Skipped
+			res.Steps, res.Skipped = t.step, t.skipped()
 			return res, err
 		}
 	}
-	res.Steps, res.Skipped = t.step, t.zero.Scaler().Skipped
+	res.Steps, res.Skipped = t.step, t.skipped()
 	return res, nil
 }
 
@@ -435,6 +465,9 @@ func (t *Trainer) runStep(res *Result, tokens int) error {
 // (every rank evaluates the same batches; stage 3 needs all of them to
 // gather the layers).
 func (t *Trainer) Evaluate() (float32, error) {
+	if t.grid != nil {
+		return t.gridEvaluate()
+	}
 	var sum float64
 	for i := range t.eval.Len() {
 		if err := t.eval.Batch(i, t.x, t.y); err != nil {
@@ -453,14 +486,25 @@ func (t *Trainer) Evaluate() (float32, error) {
 }
 
 func (t *Trainer) describeModel() string {
-	c := t.model.Config
+	c := t.spec.Model.Config
 	return fmt.Sprintf("GPT-2 %d layers, %d heads, %d hidden, seq %d, vocab %d", c.Layers, c.Heads, c.Embd, t.spec.Batch.Seq, c.Vocab)
 }
 
 // describeLayout names the data-parallel setup.
 func (t *Trainer) describeLayout() string {
 	p := t.spec.Parallel
+	if t.grid != nil {
+		return t.grid.describe(p, t.spec.Precision)
+	}
 	return fmt.Sprintf("dp %d, ZeRO stage %d, %s", p.DP, p.ZeroStage, t.spec.Precision)
+}
+
+// skipped is the steps skipped for fp16 overflow (none without fp16).
+func (t *Trainer) skipped() int {
+	if t.zero == nil {
+		return 0
+	}
+	return t.zero.Scaler().Skipped
 }
 
 // logf writes a progress line; only rank 0 speaks for the job.

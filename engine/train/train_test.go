@@ -108,8 +108,8 @@ func TestSpecValidate(t *testing.T) {
 		"no data":         func(s *Spec) { s.Data.Synthetic = 0 },
 		"zero lr":         func(s *Spec) { s.Optim.LR = 0 },
 		"bad recompute":   func(s *Spec) { s.Recompute = "some" },
-		"tensor parallel": func(s *Spec) { s.Parallel.TP = 2 },
-		"pipeline":        func(s *Spec) { s.Parallel.PP = 2 },
+		"tensor parallel": func(s *Spec) { s.Parallel.TP = 3 }, // tiny's 4 heads
+		"pipeline":        func(s *Spec) { s.Parallel.PP = 5 }, // tiny's 4 layers
 		"zero stage 4":    func(s *Spec) { s.Parallel.ZeroStage = 4 },
 		"negative dp":     func(s *Spec) { s.Parallel.DP = -1 },
 		"precision":       func(s *Spec) { s.Precision = "fp8" },

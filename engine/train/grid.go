@@ -1,0 +1,251 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gtrain/gtrain/engine/backend"
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/model"
+	"github.com/gtrain/gtrain/engine/parallel"
+	"github.com/gtrain/gtrain/engine/pipeline"
+	"github.com/gtrain/gtrain/engine/tensorpar"
+	"github.com/gtrain/gtrain/engine/zero"
+	"github.com/gtrain/gtrain/planner"
+)
+
+// gridRank is a rank's state under tensor and pipeline parallelism
+// (tp·pp > 1): its process groups, its model.Stage (this TP rank's parts
+// of its pipeline stage's tensors), the distributed optimizer over its DP
+// group, and the step's micro-batches, drawn before the schedule runs so
+// that the first stage (inputs) and the last (targets) read the same ones.
+type gridRank struct {
+	groups *parallel.Groups
+	stage  *model.Stage
+	opt    *zero.DistOptimizer
+	split  []int // layers per pipeline stage
+	xs, ys [][]int32
+}
+
+// buildGrid is build for tp·pp > 1: the groups split from the world, the
+// stage loaded from the seed's full initialisation (the same on every
+// rank, so every replica starts equal), the optimizer, the sampler of this
+// rank's DP replica and the batch buffers.
+func (t *Trainer) buildGrid(ctx context.Context) error {
+	spec, env, cfg := t.spec, t.env, t.spec.Model.Config
+	p := spec.Parallel
+	grid := planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
+	if err := t.interrupted(ctx, "split the process groups"); err != nil {
+		return err
+	}
+	gs, err := parallel.New(ctx, env.Comm, grid)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	g := &gridRank{groups: gs}
+	t.grid = g
+	if g.split, err = spec.ppSplit(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	flat := make([]float32, cfg.NumParams())
+	var stopped error
+	model.InitParamsUntil(cfg, spec.Seed, flat, func() bool {
+		stopped = t.interrupted(ctx, "initialise parameters")
+		return stopped != nil
+	})
+	if stopped != nil {
+		return stopped
+	}
+	if err := t.interrupted(ctx, "allocate the pipeline stage"); err != nil {
+		return err
+	}
+	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
+	tpg := tensorpar.NewGroup(gs.TP, backend.CPU{Threads: spec.threads(env)}, p.SP())
+	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Batch: g.batch})
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if err := g.stage.LoadFull(flat); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	dc := zero.DistConfig{Stage: p.ZeroStage, Optim: spec.Optim}
+	if g.opt, err = zero.NewDist(dc, gs, zero.StageTensors(g.stage), g.stage.Params, g.stage.Grads); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return t.buildData(grid)
+}
+
+// batch is the stage's source of micro-batches: those the step drew.
+func (g *gridRank) batch(micro int) (x, y []int32, err error) {
+	if micro < 0 || micro >= len(g.xs) {
+		return nil, nil, fmt.Errorf("micro-batch %d of %d drawn", micro, len(g.xs))
+	}
+	return g.xs[micro], g.ys[micro], nil
+}
+
+// buffers makes room for n micro-batches of n tokens each.
+func (g *gridRank) buffers(n, tokens int) {
+	for len(g.xs) < n {
+		g.xs, g.ys = append(g.xs, make([]int32, tokens)), append(g.ys, make([]int32, tokens))
+	}
+	g.xs, g.ys = g.xs[:n], g.ys[:n]
+}
+
+// close releases the groups (not the world).
+func (g *gridRank) close() error {
+	if g == nil || g.groups == nil {
+		return nil
+	}
+	return g.groups.Close()
+}
+
+// run runs the 1F1B schedule over micros micro-batches (already in xs and
+// ys), each micro-batch's loss weighted by dloss, and returns the mean
+// loss over them on the last stage's TP rank 0 (0 elsewhere: that rank
+// speaks for its replica).
+func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float32, error) {
+	sched, err := pipeline.New(pipeline.OneFOneB, g.groups.Grid.PP, micros, 1)
+	if err != nil {
+		return 0, fmt.Errorf("train: %w", err)
+	}
+	var pp *comm.Communicator
+	if g.groups.Grid.PP > 1 {
+		pp = g.groups.PP
+	}
+	g.stage.ZeroGrad()
+	g.stage.DLoss = dloss
+	if err := pipeline.Run(ctx, sched, g.stage, pp); err != nil {
+		return 0, err
+	}
+	if !g.speaks() {
+		return 0, nil
+	}
+	var sum float64
+	for _, l := range g.stage.Losses() {
+		sum += float64(l)
+	}
+	return float32(sum / float64(micros)), nil
+}
+
+// speaks reports whether this rank reports its replica's loss: the last
+// stage's TP rank 0 (every TP rank of it computes the same loss).
+func (g *gridRank) speaks() bool { return g.groups.IsLastStage() && g.groups.Coord.TP == 0 }
+
+// gridStep is trainStep under tensor and pipeline parallelism: the step's
+// micro-batches through the 1F1B schedule, the LayerNorm and tied
+// embedding gradients completed, the loss of the replicas averaged (with
+// the preemption flag), then the distributed optimizer's step, which a
+// loss that is not finite replaces by dropping the gradients.
+func (t *Trainer) gridStep() (o stepOutcome, err error) {
+	g, accum := t.grid, t.spec.Batch.GradAccum
+	g.buffers(accum, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
+	for i := range accum {
+		if err := t.sampler.Next(g.xs[i], g.ys[i]); err != nil {
+			return o, err
+		}
+	}
+	ctx := t.ctx()
+	loss, err := g.run(ctx, accum, 1/float32(accum))
+	if err != nil {
+		return o, err
+	}
+	if err := g.stage.ReduceNorms(ctx); err != nil {
+		return o, err
+	}
+	if err := g.stage.ReduceTied(ctx, g.groups.Embed); err != nil {
+		return o, err
+	}
+	if o.loss, o.stop, err = t.gridLoss(loss, preempted(t.env.Preempt)); err != nil {
+		return o, err
+	}
+	o.lr = t.spec.Optim.LRAt(t.step)
+	if finite(float64(o.loss)) {
+		o.res, err = g.opt.Step(ctx, o.lr)
+	} else {
+		clear(g.stage.Grads)
+		o.res = zero.StepResult{Norm: math.NaN(), NonFinite: true}
+	}
+	if err != nil {
+		return o, err
+	}
+	if !o.diverged() {
+		t.step++
+	}
+	return o, nil
+}
+
+// gridLoss gives every rank the mean of the replicas' losses (each known
+// to one rank, which passes it as loss; the others pass 0) and whether any
+// rank was preempted, in one all-reduce over the world.
+func (t *Trainer) gridLoss(loss float32, stop bool) (float32, bool, error) {
+	v := []float32{loss, 0}
+	if stop {
+		v[1] = 1
+	}
+	if err := t.env.Comm.AllReduce(t.ctx(), comm.F32(v), comm.Sum); err != nil {
+		return 0, false, fmt.Errorf("train: all-reduce of the loss: %w", err)
+	}
+	return v[0] / float32(t.spec.Parallel.DP), v[1] > 0, nil
+}
+
+// gridEvaluate is Evaluate through the pipeline: the validation batches
+// as the micro-batches of one schedule whose loss gradient is 0 (so the
+// backward passes leave the gradients 0, and the stage's activations are
+// released as in training). Every replica evaluates the same batches, so
+// DP replica 0's loss is the result.
+func (t *Trainer) gridEvaluate() (float32, error) {
+	g, n := t.grid, t.eval.Len()
+	g.buffers(n, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
+	for i := range n {
+		if err := t.eval.Batch(i, g.xs[i], g.ys[i]); err != nil {
+			return 0, err
+		}
+	}
+	loss, err := g.run(t.ctx(), n, 0)
+	g.stage.ZeroGrad()
+	if err != nil {
+		return 0, err
+	}
+	if g.groups.Coord.DP != 0 {
+		loss = 0
+	}
+	v := []float32{loss}
+	if err := t.env.Comm.AllReduce(t.ctx(), comm.F32(v), comm.Sum); err != nil {
+		return 0, fmt.Errorf("train: all-reduce of the validation loss: %w", err)
+	}
+	return v[0], nil
+}
+
+// nonFinite counts the values of the stage's parameters and optimizer
+// state that are NaN or infinite.
+func (g *gridRank) nonFinite() int {
+	n := 0
+	opt := g.opt.Optimizer()
+	for _, s := range [][]float32{g.stage.Params, opt.M, opt.V} {
+		for _, v := range s {
+			if f := float64(v); f != f || math.IsInf(f, 0) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// memory is what the rank holds: its parts of the parameters and their
+// gradients, and the Adam moments it owns. The stage's activations are
+// not counted yet (model.Stage does not report them).
+func (g *gridRank) memory() MemoryUse {
+	u := MemoryUse{Params: 4 * int64(len(g.stage.Params)), Grads: 4 * int64(len(g.stage.Grads)), Optimizer: g.opt.OptimizerBytes()}
+	u.Total = u.Params + u.Grads + u.Optimizer
+	return u
+}
+
+// describe names the layout for the first log line.
+func (g *gridRank) describe(p Parallel, precision string) string {
+	sp := ""
+	if p.SP() {
+		sp = ", sequence parallel"
+	}
+	return fmt.Sprintf("tp %d, pp %d (1F1B, layers %v), dp %d%s, ZeRO stage %d, %s", p.TP, p.PP, g.split, p.DP, sp, p.ZeroStage, precision)
+}

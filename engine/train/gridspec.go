@@ -1,0 +1,67 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/gtrain/gtrain/engine/model"
+	"github.com/gtrain/gtrain/engine/pipeline"
+)
+
+// ModelParallel is tp × pp, the ranks of one model replica: above 1 the
+// trainer runs tensor and pipeline parallelism (see Parallel), at 1 data
+// parallelism and ZeRO as it always did.
+func (p Parallel) ModelParallel() int { return max(p.TP, 1) * max(p.PP, 1) }
+
+// SP reports whether the run is sequence-parallel: as set, else on when
+// tp > 1.
+func (p Parallel) SP() bool {
+	if p.SequenceParallel != nil {
+		return *p.SequenceParallel && p.TP > 1
+	}
+	return p.TP > 1
+}
+
+// validateGrid checks the tensor- and pipeline-parallel settings against
+// the model c, and refuses, saying what to use instead, what the engine
+// does not run with tp·pp > 1 yet.
+func (s Spec) validateGrid(c model.Config) error {
+	p := s.Parallel
+	tp, pp := max(p.TP, 1), max(p.PP, 1)
+	switch {
+	case p.VirtualStages < 0:
+		return fmt.Errorf("job: parallel.virtual_stages %d: must not be negative", p.VirtualStages)
+	case p.VirtualStages > 1:
+		return fmt.Errorf("job: parallel.virtual_stages %d: the interleaved pipeline schedule is not built into the trainer yet: set parallel.virtual_stages to 1 (the 1F1B schedule)", p.VirtualStages)
+	case c.Heads%tp != 0:
+		return fmt.Errorf("job: parallel.tp %d: does not divide the model's %d attention heads (model.heads): choose a tp that divides them", tp, c.Heads)
+	case c.Vocab < tp:
+		return fmt.Errorf("job: parallel.tp %d: more than the model's vocabulary of %d tokens (model.vocab): choose a smaller tp", tp, c.Vocab)
+	case pp > c.Layers:
+		return fmt.Errorf("job: parallel.pp %d: more pipeline stages than the model's %d layers (model.layers): choose pp of at most %d", pp, c.Layers, c.Layers)
+	}
+	if len(p.PPLayers) > 0 || pp > 1 {
+		if _, err := pipeline.Split(c.Layers, pp, p.PPLayers); err != nil {
+			return fmt.Errorf("job: parallel.pp_layers: %w", err)
+		}
+	}
+	if p.ModelParallel() == 1 {
+		return nil
+	}
+	layout := fmt.Sprintf("parallel.tp %d × parallel.pp %d", tp, pp)
+	switch n := s.Batch.MicroBatch * s.SeqLen(c); {
+	case s.Precision != "" && s.Precision != "fp32":
+		return fmt.Errorf("job: precision %s with %s: tensor and pipeline parallelism train in fp32 only for now: set precision to fp32, or train %s with data parallelism and ZeRO (parallel.tp and parallel.pp 1)", s.Precision, layout, s.Precision)
+	case p.ZeroStage > 1:
+		return fmt.Errorf("job: parallel.zero_stage %d with %s: ZeRO stages 2 and 3 do not combine with tensor or pipeline parallelism (DeepSpeed refuses them with pipeline parallelism too): set parallel.zero_stage to 1, Megatron-LM's distributed optimizer", p.ZeroStage, layout)
+	case s.Recompute != "" && s.Recompute != string(model.RecomputeNone):
+		return fmt.Errorf("job: recompute %s with %s: activation recomputation is not built for tensor and pipeline parallelism yet: set recompute to none (a higher parallel.pp or a lower batch.micro_batch also saves activation memory)", s.Recompute, layout)
+	case p.SP() && n%tp != 0:
+		return fmt.Errorf("job: batch.micro_batch %d × batch.seq %d = %d tokens do not divide over parallel.tp %d, as sequence parallelism needs: choose a micro-batch or seq that makes them divide, or set parallel.sequence_parallel to false", s.Batch.MicroBatch, s.SeqLen(c), n, tp)
+	}
+	return nil
+}
+
+// ppSplit is the layers of each pipeline stage of the resolved spec s.
+func (s Spec) ppSplit() ([]int, error) {
+	return pipeline.Split(s.Model.Config.Layers, s.Parallel.PP, s.Parallel.PPLayers)
+}
