@@ -101,10 +101,10 @@ func (g *gridRank) close() error {
 }
 
 // run runs the 1F1B schedule over micros micro-batches (already in xs and
-// ys), each micro-batch's loss weighted by dloss, and returns the mean
-// loss over them on the last stage's TP rank 0 (0 elsewhere: that rank
+// ys), each micro-batch's loss weighted by dloss, and returns the sum of
+// their losses on the last stage's TP rank 0 (0 elsewhere: that rank
 // speaks for its replica).
-func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float32, error) {
+func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float64, error) {
 	sched, err := pipeline.New(pipeline.OneFOneB, g.groups.Grid.PP, micros, 1)
 	if err != nil {
 		return 0, fmt.Errorf("train: %w", err)
@@ -125,7 +125,7 @@ func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float32,
 	for _, l := range g.stage.Losses() {
 		sum += float64(l)
 	}
-	return float32(sum / float64(micros)), nil
+	return sum, nil
 }
 
 // speaks reports whether this rank reports its replica's loss: the last
@@ -146,10 +146,11 @@ func (t *Trainer) gridStep() (o stepOutcome, err error) {
 		}
 	}
 	ctx := t.ctx()
-	loss, err := g.run(ctx, accum, 1/float32(accum))
+	sum, err := g.run(ctx, accum, 1/float32(accum))
 	if err != nil {
 		return o, err
 	}
+	loss := float32(sum / float64(accum))
 	if err := g.stage.ReduceNorms(ctx); err != nil {
 		return o, err
 	}
@@ -189,25 +190,35 @@ func (t *Trainer) gridLoss(loss float32, stop bool) (float32, bool, error) {
 	return v[0] / float32(t.spec.Parallel.DP), v[1] > 0, nil
 }
 
+// evalChunk is the most validation batches one schedule runs, which
+// bounds the batches held in memory whatever eval.batches says.
+var evalChunk = 64 // a variable for tests
+
 // gridEvaluate is Evaluate through the pipeline: the validation batches
-// as the micro-batches of one schedule whose loss gradient is 0 (so the
+// as the micro-batches of schedules whose loss gradient is 0 (so the
 // backward passes leave the gradients 0, and the stage's activations are
 // released as in training). Every replica evaluates the same batches, so
 // DP replica 0's loss is the result.
 func (t *Trainer) gridEvaluate() (float32, error) {
 	g, n := t.grid, t.eval.Len()
-	g.buffers(n, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
-	for i := range n {
-		if err := t.eval.Batch(i, g.xs[i], g.ys[i]); err != nil {
+	var sum float64
+	for start := 0; start < n; start += evalChunk {
+		k := min(evalChunk, n-start)
+		g.buffers(k, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
+		for i := range k {
+			if err := t.eval.Batch(start+i, g.xs[i], g.ys[i]); err != nil {
+				return 0, err
+			}
+		}
+		s, err := g.run(t.ctx(), k, 0)
+		g.stage.ZeroGrad()
+		if err != nil {
 			return 0, err
 		}
+		sum += s
 	}
-	loss, err := g.run(t.ctx(), n, 0)
-	g.stage.ZeroGrad()
-	if err != nil {
-		return 0, err
-	}
-	if g.groups.Coord.DP != 0 {
+	loss := float32(sum / float64(n))
+	if g.groups.Coord.DP != 0 || !g.speaks() {
 		loss = 0
 	}
 	v := []float32{loss}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/model"
 )
 
@@ -234,5 +236,56 @@ func TestGridNeedsRanksOfTheLayout(t *testing.T) {
 	_, err := fitDP(s, Env{World: 6})
 	if err == nil || !strings.Contains(err.Error(), "parallel.tp 2 × parallel.pp 2 = 4 ranks per model replica do not divide the run's 6 ranks") {
 		t.Fatalf("fitDP on 6 ranks: %v", err)
+	}
+}
+
+// TestGridPreemptResumesExactly: in a tp2·pp2 run, only the last stage's
+// TP rank 1 is preempted, before step 4: every rank stops after step 4
+// and saves there (the flag rides on the loss's all-reduce), and resumed
+// on the same layout the run continues with exactly the losses of an
+// uninterrupted one: parameters, Adam moments, step and sampler restored.
+func TestGridPreemptResumesExactly(t *testing.T) {
+	s := gridSpec(gridLayout{tp: 2, pp: 2, dp: 1, zero: 1})
+	s.Steps, s.Optim.WarmupSteps = 8, 2
+	full := runRanks(t, s, 4, nil)[0].Losses
+	dir := t.TempDir()
+	s.Checkpoint = CkptSpec{Dir: dir, Every: 100}
+	preempt := make(chan struct{})
+	setHook(t, &testHookStep, func(tr *Trainer) {
+		if tr.spec.Checkpoint.Dir == dir && tr.env.Rank == 3 && tr.step == 3 {
+			close(preempt)
+		}
+	})
+	res := runRanks(t, s, 4, func(e *Env) {
+		if e.Rank == 3 {
+			e.Preempt = preempt
+		}
+	})
+	for r, res := range res {
+		if !res.Preempted || res.Steps != 4 || res.Checkpoint != filepath.Join(dir, ckpt.StepDirName(4)) {
+			t.Fatalf("rank %d: preempted %v after step %d, checkpoint %q; want preempted after step 4 with its checkpoint", r, res.Preempted, res.Steps, res.Checkpoint)
+		}
+	}
+	testHookStep = nil
+	resumed := runRanks(t, s, 4, func(e *Env) { e.Resume = true })
+	if resumed[0].Resumed != 4 || !slices.Equal(resumed[0].Losses, full[4:]) {
+		t.Errorf("resumed from step %d with losses %v; want step 4 and exactly %v", resumed[0].Resumed, resumed[0].Losses, full[4:])
+	}
+	sameLosses(t, resumed, full[4:])
+}
+
+// TestGridEvaluatesInChunks: validation batches beyond evalChunk run as
+// several schedules, with the loss of one rank evaluating them all.
+func TestGridEvaluatesInChunks(t *testing.T) {
+	s := gridSpec(gridLayout{tp: 1, pp: 2, dp: 1})
+	s.Steps, s.Eval = 1, EvalSpec{Every: 1, Batches: 5}
+	single := s
+	single.Parallel.PP = 1
+	ref := runRanks(t, single, 1, nil)[0].ValLoss
+	defer func(n int) { evalChunk = n }(evalChunk)
+	evalChunk = 2
+	got := runRanks(t, s, 2, nil)
+	if ref == 0 || relDiff(got[0].ValLoss, ref) > gridTol || got[1].ValLoss != got[0].ValLoss {
+		t.Errorf("validation loss %v and %v over 5 batches in chunks of 2, single rank %v", got[0].ValLoss, got[1].ValLoss, ref)
 	}
 }
