@@ -65,3 +65,39 @@ func (s Spec) validateGrid(c model.Config) error {
 func (s Spec) ppSplit() ([]int, error) {
 	return pipeline.Split(s.Model.Config.Layers, s.Parallel.PP, s.Parallel.PPLayers)
 }
+
+// fitDP makes parallel.dp the run's rank count over tp × pp (the model
+// replicas). A spec written for another count is an error, except on
+// resume, where the micro-batch is rescaled so that the global batch (and
+// so the data order and the loss curve) stays the checkpoint's.
+func fitDP(spec Spec, env Env) (Spec, error) {
+	p := &spec.Parallel
+	mp := p.ModelParallel()
+	if env.World%mp != 0 {
+		return spec, fmt.Errorf("train: parallel.tp %d × parallel.pp %d = %d ranks per model replica do not divide the run's %d ranks: run a multiple of %d ranks, or choose tp and pp whose product divides %d (gtrain resume takes --set parallel.tp=… --set parallel.pp=…)",
+			p.TP, p.PP, mp, env.World, mp, env.World)
+	}
+	dp := env.World / mp
+	if p.DP == 0 || p.DP == dp {
+		p.DP = dp
+		return spec, nil
+	}
+	b := &spec.Batch
+	rows := b.MicroBatch * p.DP // sequences per micro-step, over all replicas
+	if !env.Resume {
+		if mp > 1 {
+			return spec, fmt.Errorf("train: parallel.dp %d, but the run's %d ranks make %d replicas of tp %d × pp %d: set parallel.dp to %d or to 0 (every replica)", p.DP, env.World, dp, p.TP, p.PP, dp)
+		}
+		return spec, fmt.Errorf("train: parallel.dp %d, but the run has %d ranks: set parallel.dp to %d or to 0 (every rank)", p.DP, env.World, env.World)
+	}
+	if rows%dp != 0 {
+		return spec, fmt.Errorf("train: resume on %d ranks (dp %d): the checkpoint's %d sequences per micro-step (micro_batch %d × dp %d) do not divide over %d replicas; resume on a layout whose dp divides %d",
+			env.World, dp, rows, b.MicroBatch, p.DP, dp, rows)
+	}
+	if env.Rank == 0 && env.Log != nil {
+		fmt.Fprintf(env.Log, "resharding: dp %d → %d, micro_batch %d → %d (the global batch stays %d sequences)\n",
+			p.DP, dp, b.MicroBatch, rows/dp, rows*b.GradAccum)
+	}
+	b.MicroBatch, p.DP = rows/dp, dp
+	return spec, nil
+}
