@@ -5,6 +5,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/pipeline"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // ModelParallel is tp × pp, the ranks of one model replica: above 1 the
@@ -100,4 +101,15 @@ func fitDP(spec Spec, env Env) (Spec, error) {
 	}
 	b.MicroBatch, p.DP = rows/dp, dp
 	return spec, nil
+}
+
+// CheckLayout refuses, before any rank starts, a spec whose tp × pp and dp
+// do not fit a run of world ranks: the error each rank would give at
+// setup (fitDP), as a usage error. A resume may change dp (the micro-batch
+// is rescaled), a fresh run may not.
+func CheckLayout(spec Spec, world int, resume bool) error {
+	if _, err := fitDP(spec, Env{World: world, Resume: resume}); err != nil {
+		return &usage.Error{Err: err}
+	}
+	return nil
 }

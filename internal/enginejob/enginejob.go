@@ -131,6 +131,9 @@ func (o Options) newRunDir(now time.Time, created *string) func(runs string) (st
 // finish is the end of a fresh job's preparation, once its directory is
 // claimed: the directory must hold no run, the ranks must fit.
 func (j *Job) finish(ctx context.Context, o Options, js string) error {
+	if err := o.checkLayout(j.Spec, j.Ranks, false); err != nil {
+		return err
+	}
 	err := train.CheckFresh(ctx, j.Spec.Checkpoint.Dir)
 	if errors.As(err, new(*train.UsedDirError)) {
 		return usage.Errorf("run: %w", err)
@@ -194,6 +197,9 @@ func (j *Job) resume(ctx context.Context, o Options, path string, t ckpt.Target)
 	if err != nil {
 		return err
 	}
+	if err := o.checkLayout(spec, j.Ranks, true); err != nil {
+		return err
+	}
 	if err := o.checkMemory(spec, j.Ranks); err != nil {
 		return err
 	}
@@ -230,6 +236,16 @@ func (o Options) checkMemory(spec train.Spec, ranks int) error {
 		return nil
 	}
 	return train.CheckMemory(spec, ranks)
+}
+
+// checkLayout refuses a local job whose parallel layout (tp × pp × dp)
+// does not fit its ranks, before any starts (train.CheckLayout). A
+// hostfile job's rank count is the hostfile's: its ranks check.
+func (o Options) checkLayout(spec train.Spec, ranks int, resume bool) error {
+	if o.Hostfile {
+		return nil
+	}
+	return train.CheckLayout(spec, ranks, resume)
 }
 
 // absTarget makes both paths of t absolute: the ranks may run elsewhere.
