@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/planner"
 )
 
 // printJob writes the job of --dry-run, as text or as one JSON
@@ -129,4 +130,23 @@ func ints(xs []int) string {
 		s[i] = fmt.Sprint(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// printJobGrid writes every rank's (dp, pp, tp) in grid, on the host the
+// job puts it: planner.Grid.Coord, exactly as gtrain plan --explain prints
+// it and the engine splits its groups.
+func printJobGrid(ctx context.Context, w io.Writer, p *launch.Job, g planner.Grid) error {
+	g.DP = max(p.WorldSize/(g.TP*g.PP), 1) // parallel.dp 0 is every replica the ranks make
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nrank grid (rank → dp, pp, tp; TP fastest), tp %d × pp %d × dp %d:\n", g.TP, g.PP, g.DP)
+	for _, r := range p.Ranks {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		co := g.Coord(r.Rank)
+		fmt.Fprintf(&b, "  rank %-5d %-20s dp %-4d pp %-4d tp %d\n", r.Rank, r.Host, co.DP, co.PP, co.TP)
+	}
+	writeGroups(&b, g)
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -84,6 +84,11 @@ func explainGrid(b *strings.Builder, pr planner.Problem, c planner.Candidate) {
 	if n < g.World() {
 		fmt.Fprintf(b, "  … %d ranks in all (-o json --explain lists every one)\n", g.World())
 	}
+	writeGroups(b, g)
+}
+
+// writeGroups writes the TP, PP and DP groups of rank 0 of g.
+func writeGroups(b *strings.Builder, g planner.Grid) {
 	group := func(step, size int) string {
 		var parts []string
 		for i := range min(size, 6) {

@@ -14,6 +14,7 @@ import (
 	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
+	"github.com/gtrain/gtrain/planner"
 )
 
 // LaunchOptions are the flags that say where and how a job's ranks run,
@@ -127,7 +128,7 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if len(o.Command) == 0 {
 		return runEngine(ctx, o)
 	}
-	return o.launch(ctx, launch.Workload{Command: o.Command})
+	return o.launch(ctx, launch.Workload{Command: o.Command}, nil)
 }
 
 // runEngine runs a fresh job of the built-in engine, prepared by
@@ -162,18 +163,26 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	c := j.Spec.Model.Config
 	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
 		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
-	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks})
+	var grid *planner.Grid
+	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
+		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
+	}
+	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, grid)
 }
 
 // launch resolves the job whose ranks run w and runs it, or with --dry-run
-// prints it.
-func (o *RunOptions) launch(ctx context.Context, w launch.Workload) error {
+// prints it, and (as text) the rank grid of the built-in engine's tensor-
+// and pipeline-parallel layout when grid is not nil.
+func (o *RunOptions) launch(ctx context.Context, w launch.Workload, grid *planner.Grid) error {
 	job, err := o.Resolve(ctx, w)
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
-		return printJob(ctx, o.IO.Out, job, o.Output)
+		if err := printJob(ctx, o.IO.Out, job, o.Output); err != nil || grid == nil || o.Output != outputText {
+			return err
+		}
+		return printJobGrid(ctx, o.IO.Out, job, *grid)
 	}
 	return execute(ctx, &o.LaunchOptions, job, o.view(job))
 }
