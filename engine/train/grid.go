@@ -48,14 +48,9 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 	if g.split, err = spec.ppSplit(); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	flat := make([]float32, cfg.NumParams())
-	var stopped error
-	model.InitParamsUntil(cfg, spec.Seed, flat, func() bool {
-		stopped = t.interrupted(ctx, "initialise parameters")
-		return stopped != nil
-	})
-	if stopped != nil {
-		return stopped
+	flat, err := t.initParams(ctx)
+	if err != nil {
+		return err
 	}
 	if err := t.interrupted(ctx, "allocate the pipeline stage"); err != nil {
 		return err

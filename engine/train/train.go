@@ -139,16 +139,9 @@ func (t *Trainer) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Every rank initialises the full model from the seed and keeps its own
-	// part: the same values on every rank, no broadcast needed.
-	flat := make([]float32, cfg.NumParams())
-	var stopped error
-	model.InitParamsUntil(cfg, spec.Seed, flat, func() bool {
-		stopped = t.interrupted(ctx, "initialise parameters")
-		return stopped != nil
-	})
-	if stopped != nil {
-		return stopped
+	flat, err := t.initParams(ctx)
+	if err != nil {
+		return err
 	}
 	if t.zero, err = zero.New(zc, cfg, env.Comm, flat); err != nil {
 		return err
@@ -482,4 +475,18 @@ func (t *Trainer) logf(format string, a ...any) {
 func (t *Trainer) marshalSpec() json.RawMessage {
 	b, _ := json.Marshal(t.spec)
 	return b
+}
+
+// initParams is the full model initialised from the job's seed, as every
+// rank computes it and then keeps its own part: the same values on every
+// rank, no broadcast needed. It gives up, between tensors, when ctx ends
+// or the rank is preempted.
+func (t *Trainer) initParams(ctx context.Context) ([]float32, error) {
+	flat := make([]float32, t.spec.Model.Config.NumParams())
+	var stopped error
+	model.InitParamsUntil(t.spec.Model.Config, t.spec.Seed, flat, func() bool {
+		stopped = t.interrupted(ctx, "initialise parameters")
+		return stopped != nil
+	})
+	return flat, stopped
 }
