@@ -193,14 +193,7 @@ func TestPartsCheckpoint(t *testing.T) {
 
 	dense := writeDense(t, t.TempDir(), 5, full, 3)
 	for _, opts := range []ExportOptions{{}, {DType: comm.BFloat16, Optimizer: true}} {
-		a, b := filepath.Join(t.TempDir(), "tp.safetensors"), filepath.Join(t.TempDir(), "dense.safetensors")
-		must(t, Export(context.Background(), c, a, opts))
-		must(t, Export(context.Background(), dense, b, opts))
-		ab, err := os.ReadFile(a)
-		must(t, err)
-		bb, err := os.ReadFile(b)
-		must(t, err)
-		if !bytes.Equal(ab, bb) {
+		if !sameExport(t, c, dense, opts) {
 			t.Fatalf("export %+v: the tp2·pp2·dp2 checkpoint's export differs from the dense one's", opts)
 		}
 	}
@@ -463,15 +456,7 @@ func TestPartsLarge(t *testing.T) {
 	must(t, err)
 	checkLoads(t, c, full)
 	dense := writeDense(t, t.TempDir(), 9, full, 2)
-	a, b := filepath.Join(t.TempDir(), "tp.safetensors"), filepath.Join(t.TempDir(), "dense.safetensors")
-	opts := ExportOptions{Optimizer: true}
-	must(t, Export(context.Background(), c, a, opts))
-	must(t, Export(context.Background(), dense, b, opts))
-	ab, err := os.ReadFile(a)
-	must(t, err)
-	bb, err := os.ReadFile(b)
-	must(t, err)
-	if !bytes.Equal(ab, bb) {
+	if !sameExport(t, c, dense, ExportOptions{Optimizer: true}) {
 		t.Fatal("the export of large tp parts differs from the dense checkpoint's")
 	}
 }
@@ -490,4 +475,17 @@ func TestShardRefJSONUnchanged(t *testing.T) {
 	if want := `{"file":"f","offset":0,"len":4,"part":{"split":"columns","rank":1,"size":2}}`; string(b) != want {
 		t.Fatalf("ShardRef with a part: %s, want %s", b, want)
 	}
+}
+
+// sameExport reports whether c and dense export (opts) to the same bytes.
+func sameExport(t *testing.T, c, dense *Checkpoint, opts ExportOptions) bool {
+	t.Helper()
+	a, b := filepath.Join(t.TempDir(), "tp.safetensors"), filepath.Join(t.TempDir(), "dense.safetensors")
+	must(t, Export(context.Background(), c, a, opts))
+	must(t, Export(context.Background(), dense, b, opts))
+	ab, err := os.ReadFile(a)
+	must(t, err)
+	bb, err := os.ReadFile(b)
+	must(t, err)
+	return bytes.Equal(ab, bb)
 }
