@@ -28,6 +28,7 @@ var forbidden = map[string][]string{
 	"internal/userfile":   {module + "/", "github.com/", "golang.org/"},
 	"internal/usage":      {module + "/", "github.com/", "golang.org/"},
 	"internal/rankenv":    {module + "/", "github.com/", "golang.org/"},
+	"internal/hostinfo":   {module + "/", "github.com/", "golang.org/"},
 }
 
 // allowed are exceptions to a rule of forbidden: the planner may use
