@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/optim"
 	"github.com/gtrain/gtrain/engine/parallel"
@@ -47,25 +48,42 @@ type DistConfig struct {
 	// reduce-scatter, each DP rank steps and keeps the optimizer state of
 	// its 1/dp of the shard, all-gather).
 	Stage int
-	Optim optim.Config
+	// Params is the working parameters' type: Float32 (or 0), or BFloat16
+	// or Float16 for mixed precision. The stage keeps float32 slices
+	// either way (the CPU kernels decode to float32 anyway); in mixed
+	// precision their values are the fp32 master weights, which the
+	// optimizer keeps for the elements it owns, rounded to Params.
+	Params comm.DType
+	// Grads is the type the gradients are averaged over DP in: Float32 (or
+	// 0), or Params' type, half the bytes on the wire. The stage
+	// accumulates them in float32 either way.
+	Grads  comm.DType
+	Scaler ScalerConfig // fp16 only: dynamic (or static) loss scaling
+	Optim  optim.Config
 }
 
 // DistOptimizer is the optimizer step of one rank of a TP × PP × DP
-// layout, in fp32: it averages the gradients of the rank's shard over its
+// layout: it averages the gradients of the rank's shard over its
 // DP group, takes the global gradient norm of the whole model (each
 // element counted once: see ShardTensor) for clipping, and applies AdamW
 // with the clip factor folded in. It holds the AdamW moments of the
 // elements it owns: all of the shard at ZeRO-0, comm.Block's 1/dp at
 // ZeRO-1. Params and grads are the caller's (a model.Stage's) and are
-// updated in place.
+// updated in place. In mixed precision (bf16, fp16) it also keeps the
+// fp32 master weights of the elements it owns, steps those, and writes
+// them back into params rounded to the working type; with fp16 it scales
+// the loss (LossScale) and skips the steps whose gradients overflowed.
 type DistOptimizer struct {
 	cfg           DistConfig
 	gs            *parallel.Groups
 	params, grads []float32
-	lo, hi        int     // the owned range of the flat vector
-	pieces        []piece // the owned range cut at tensor boundaries
-	counted       []bool  // whether this rank counts each piece in the norm
+	lo, hi        int       // the owned range of the flat vector
+	pieces        []piece   // the owned range cut at tensor boundaries
+	counted       []bool    // whether this rank counts each piece in the norm
+	master        []float32 // mixed precision: fp32 master weights of [lo, hi)
+	wire          comm.Buffer
 	opt           *optim.AdamW
+	scaler        scaler
 }
 
 // NewDist builds the distributed optimizer of the rank of gs whose flat
@@ -73,10 +91,12 @@ type DistOptimizer struct {
 // order, covering them exactly). The parameters must be the same on every
 // rank of the DP group.
 func NewDist(cfg DistConfig, gs *parallel.Groups, tensors []ShardTensor, params, grads []float32) (*DistOptimizer, error) {
+	cfg.Params, cfg.Grads = orF32(cfg.Params), orF32(cfg.Grads)
 	if err := checkDist(cfg, gs, tensors, params, grads); err != nil {
 		return nil, err
 	}
 	d := &DistOptimizer{cfg: cfg, gs: gs, params: params, grads: grads}
+	d.scaler = newScaler(cfg.Scaler, cfg.Params == comm.Float16)
 	ranks, rank := 1, 0
 	if cfg.Stage == 1 {
 		ranks, rank = gs.DP.Size(), gs.DP.Rank()
@@ -98,6 +118,10 @@ func NewDist(cfg DistConfig, gs *parallel.Groups, tensors []ShardTensor, params,
 		d.counted[i] = d.counts(byOffset[pc.param.Offset])
 	}
 	d.opt = optim.NewAdamW(cfg.Optim, part.Size(), nil)
+	if cfg.Grads != comm.Float32 && gs.DP.Size() > 1 {
+		d.wire = comm.NewBuffer(cfg.Grads, len(grads))
+	}
+	d.Reload()
 	return d, nil
 }
 
@@ -124,6 +148,9 @@ func checkDist(cfg DistConfig, gs *parallel.Groups, tensors []ShardTensor, param
 	}
 	if err := cfg.Optim.Validate(); err != nil {
 		return fmt.Errorf("zero: distributed optimizer: %w", err)
+	}
+	if err := checkDistTypes(cfg); err != nil {
+		return err
 	}
 	if gs == nil || gs.World == nil || gs.DP == nil {
 		return errors.New("zero: distributed optimizer: no process groups (parallel.New builds them, for one rank too)")
@@ -153,5 +180,12 @@ func (d *DistOptimizer) Owned() (lo, hi int) { return d.lo, d.hi }
 func (d *DistOptimizer) Optimizer() *optim.AdamW { return d.opt }
 
 // OptimizerBytes is the memory of the optimizer state: the Adam moments
-// of the owned elements (fp32 training keeps no separate master copy).
-func (d *DistOptimizer) OptimizerBytes() int64 { return int64(len(d.opt.M)+len(d.opt.V)) * 4 }
+// of the owned elements, and in mixed precision their fp32 master weights
+// (fp32 training keeps no separate master copy).
+func (d *DistOptimizer) OptimizerBytes() int64 {
+	return int64(len(d.opt.M)+len(d.opt.V)+len(d.master)) * 4
+}
+
+// BufferBytes is the memory of the buffer the gradients are averaged in
+// when they travel in a 16-bit type (0 otherwise).
+func (d *DistOptimizer) BufferBytes() int64 { return int64(len(d.wire.Bytes())) }

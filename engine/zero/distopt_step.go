@@ -14,14 +14,16 @@ import (
 // ReduceTied). It averages the gradients over the DP group (all-reduce at
 // ZeRO-0, reduce-scatter into the owned part at ZeRO-1), takes the global
 // norm over the world with each element counted once, updates the owned
-// elements with the clip factor folded into the gradient, all-gathers the
-// updated parameters over DP (ZeRO-1), and clears the gradients. It is a
-// collective over the DP group and the world: every rank calls it for the
-// same step.
+// elements (their fp32 masters in mixed precision) with the loss scale's
+// removal and the clip factor folded into the gradient, rounds them into
+// the parameters, all-gathers the updated parameters over DP (ZeRO-1),
+// and clears the gradients. It is a collective over the DP group and the
+// world: every rank calls it for the same step.
 //
 // A step whose gradients are not finite anywhere in the model updates
-// nothing on any rank (NonFinite; Skipped stays false: fp32 has no loss
-// scale to lower).
+// nothing on any rank (NonFinite): the norm's all-reduce tells every rank.
+// With dynamic fp16 loss scaling it is an overflow: Skipped, and the scale
+// halved on every rank alike.
 func (d *DistOptimizer) Step(ctx context.Context, lr float64) (StepResult, error) {
 	if err := d.reduce(ctx); err != nil {
 		return StepResult{}, err
@@ -30,25 +32,31 @@ func (d *DistOptimizer) Step(ctx context.Context, lr float64) (StepResult, error
 	if err != nil {
 		return StepResult{}, err
 	}
-	res := StepResult{Norm: norm}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		res.NonFinite = true
-		clear(d.grads)
-		return res, nil
+	scale := d.scaler.Scale
+	res := StepResult{Norm: norm / scale}
+	if math.IsNaN(res.Norm) || math.IsInf(res.Norm, 0) {
+		return d.overflow(res), nil
 	}
-	factor := optim.ClipScale(norm, d.cfg.Optim.GradClip) // exactly 1 when not clipping
+	d.scaler.update(false)
+	// Both factors exactly 1 in fp32 without clipping; a power-of-two
+	// scale divides out exactly.
+	factor := optim.ClipScale(res.Norm, d.cfg.Optim.GradClip) / scale
 	parts := make([]optim.Part, len(d.pieces))
 	for i, pc := range d.pieces {
-		parts[i] = optim.Part{P: d.params[pc.lo : pc.lo+pc.n], G: d.grads[pc.lo : pc.lo+pc.n], At: pc.at, Decay: pc.param.Decay}
+		parts[i] = optim.Part{P: d.masterOf(pc), G: d.grads[pc.lo : pc.lo+pc.n], At: pc.at, Decay: pc.param.Decay}
 	}
 	d.opt.UpdateParts(parts, lr, float32(factor))
 	clear(d.grads)
+	d.publish()
 	return res, d.gather(ctx)
 }
 
 // reduce averages the gradients over the DP group: all of them (ZeRO-0),
 // or into the owned block, in place (ZeRO-1; the rest is left undefined).
 func (d *DistOptimizer) reduce(ctx context.Context) error {
+	if d.cfg.Grads != comm.Float32 {
+		return d.reduceHalf(ctx)
+	}
 	dp := d.gs.DP
 	if dp.Size() == 1 {
 		return nil
