@@ -58,6 +58,9 @@ type Options struct {
 	// Activations is how the trained framework keeps activations; the
 	// zero value is Megatron-LM's, which the defaults are calibrated on.
 	Activations ActStorage
+	// States is how it keeps working weights and gradients; the zero
+	// value is the ZeRO paper's.
+	States StateStorage
 }
 
 // DefaultOptions are calibrated on Narayanan et al. 2021, Table 1 (see

@@ -38,6 +38,9 @@ func (pr Problem) Validate() error {
 	case !(o.UsableMemory > 0 && o.UsableMemory <= 1):
 		return fmt.Errorf("usable memory %g: must be in (0, 1]", o.UsableMemory)
 	}
+	if err := o.States.validate(); err != nil {
+		return err
+	}
 	return o.Activations.validate()
 }
 
@@ -103,10 +106,11 @@ type Detail struct {
 	HardwareFLOPs    float64 `json:"hardware_flops"`
 }
 
-// stage is one pipeline stage's share of the model.
+// stage is one rank's share of a pipeline stage of the model.
 type stage struct {
 	index, layers int
-	psi           float64 // parameters per GPU
+	psi           float64 // parameters of the rank (before ZeRO partitions them)
+	dpRank        int     // its place in its DP group, which sizes its ZeRO partitions
 }
 
 // StageLayers splits layers over stages pipeline stages as evenly as
@@ -137,20 +141,31 @@ func stageLayers(layers, p, i int) int {
 	return l
 }
 
-// stageOf is stage i of p, its layers split as StageLayers does.
-func stageOf(m Model, i, p, t int) stage {
+// stageOf is stage i of p, its layers split as StageLayers does, on TP
+// rank 0 and DP rank 0 of t: the stage's most loaded rank (see rankStage).
+func stageOf(m Model, i, p, t int) stage { return rankStage(m, i, p, t, 0) }
+
+// rankStage is what TP rank r of t holds of stage i of p, as a
+// Megatron-LM rank holds it: its layers' share (Model.rankLayerParams);
+// on the first stage the vocabulary-parallel token embedding (rows cut as
+// comm.Block cuts them, so the first V mod t ranks hold one more) and the
+// replicated learned positions; on the last the replicated final norm and
+// the output layer: Llama's own, vocabulary-parallel, or for a tied GPT
+// with p > 1 Megatron's copy of the embedding.
+func rankStage(m Model, i, p, t, r int) stage {
 	l := stageLayers(m.Layers, p, i)
-	psi := float64(l) * m.LayerParams()
+	vocab := blockOf(float64(m.Vocab), r, t) * float64(m.Hidden)
+	psi := float64(l) * m.rankLayerParams(t)
 	if i == 0 {
-		psi += m.EmbeddingParams()
+		psi += vocab + m.positionParams()
 	}
 	if i == p-1 {
-		psi += m.HeadParams()
-		if m.Arch == ArchGPT && p > 1 {
-			psi += float64(m.Vocab) * float64(m.Hidden) // Megatron's copy of the tied embedding
+		psi += m.normParams()
+		if m.Arch == ArchLlama || p > 1 {
+			psi += vocab
 		}
 	}
-	return stage{index: i, layers: l, psi: psi / float64(t)}
+	return stage{index: i, layers: l, psi: psi}
 }
 
 // Evaluate computes memory, time and feasibility of one layout. It never
@@ -210,6 +225,12 @@ func structuralReason(pr Problem, l Layout) string {
 		return fmt.Sprintf("zero stage %d: want 0 to 3", l.ZeroStage)
 	case l.ZeroStage >= 2 && l.PP > 1:
 		return fmt.Sprintf("zero %d with pp %d: ZeRO-2/3 reduce gradients every micro-batch, which pipeline schedules do not allow (DeepSpeed refuses it); use zero 0 or 1", l.ZeroStage, l.PP)
+	case l.ZeroStage >= 2 && l.TP > 1:
+		return fmt.Sprintf("zero %d with tp %d: ZeRO-2/3 partition the data-parallel model's gradients and weights, not a tensor-parallel shard (Megatron-LM's distributed optimizer is ZeRO-1); use zero 0 or 1", l.ZeroStage, l.TP)
+	case l.TP > m.Vocab:
+		return fmt.Sprintf("tp %d exceeds the vocabulary of %d tokens: some ranks would hold no rows of the embedding", l.TP, m.Vocab)
+	case pr.Options.SequenceParallel && l.TP > 1 && (m.Seq*l.MicroBatch)%l.TP != 0:
+		return fmt.Sprintf("sequence parallelism splits micro_batch × seq = %d × %d tokens over tp %d, which does not divide them; choose another micro-batch or tp", l.MicroBatch, m.Seq, l.TP)
 	case pr.GlobalBatch%(l.DP*l.MicroBatch) != 0:
 		return fmt.Sprintf("global batch %d is not divisible by dp×micro_batch = %d×%d", pr.GlobalBatch, l.DP, l.MicroBatch)
 	case l.Recompute != RecomputeNone && l.Recompute != RecomputeSelective && l.Recompute != RecomputeFull:
@@ -260,7 +281,8 @@ func (ev *evaluation) memory(c *Candidate) {
 func (ev *evaluation) stageMemory(st stage) (Memory, int) {
 	l, x := ev.l, ev.x
 	var mem Memory
-	mem.Params, mem.Grads, mem.Optimizer = ModelStates(st.psi, l.DP, l.ZeroStage, ev.pr.Precision)
+	w, g, k := ev.stateBytes()
+	mem.Params, mem.Grads, mem.Optimizer = rankStates(st.psi, st.dpRank, l.DP, l.ZeroStage, w, g, k)
 	// 1F1B: stage i holds the activations of min(p−i, m) micro-batches.
 	inflight := min(l.PP-st.index, ev.m)
 	a := float64(st.layers) * x.layer(l.Recompute) * float64(inflight)
@@ -273,6 +295,34 @@ func (ev *evaluation) stageMemory(st stage) (Memory, int) {
 	return mem, inflight
 }
 
+// stateBytes is the bytes per element of working weights, gradients and
+// optimizer state on this layout (see StateStorage).
+func (ev *evaluation) stateBytes() (w, g, k float64) {
+	return ev.pr.Options.States.bytes(ev.pr.Precision, ev.l.TP*ev.l.PP > 1)
+}
+
+// RankMemory is the memory Evaluate charges the rank at c of layout l, by
+// category: a Candidate's Memory is RankMemory of its most loaded rank.
+// The model states are exact for a framework that holds what a
+// Megatron-LM rank holds (rankStage) and partitions them as rankStates
+// says, as the built-in engine does with tp·pp > 1.
+func RankMemory(pr Problem, l Layout, c Coord) (Memory, error) {
+	if err := pr.Validate(); err != nil {
+		return Memory{}, err
+	}
+	if err := l.Validate(); err != nil {
+		return Memory{}, err
+	}
+	if c.TP < 0 || c.TP >= l.TP || c.PP < 0 || c.PP >= l.PP || c.DP < 0 || c.DP >= l.DP {
+		return Memory{}, fmt.Errorf("planner: rank (dp %d, pp %d, tp %d): outside the layout tp=%d pp=%d dp=%d", c.DP, c.PP, c.TP, l.TP, l.PP, l.DP)
+	}
+	ev := newEvaluation(pr, l, max(1, pr.GlobalBatch/(l.DP*l.MicroBatch)))
+	st := rankStage(pr.Model, c.PP, l.PP, l.TP, c.TP)
+	st.dpRank = c.DP
+	mem, _ := ev.stageMemory(st)
+	return mem, nil
+}
+
 // buffers are communication buffers: the sequence-parallel all-gather of a
 // layer's input, a gradient bucket in flight (Megatron-LM's default size,
 // max(40M, 1M·dp) elements), or under ZeRO-3 two layers' gathered weights
@@ -280,7 +330,7 @@ func (ev *evaluation) stageMemory(st stage) (Memory, int) {
 // the stage's input, which the activations already count.
 func (ev *evaluation) buffers(st stage) float64 {
 	l, x := ev.l, ev.x
-	w, g, _ := ev.pr.Precision.stateBytes()
+	w, g, _ := ev.stateBytes()
 	sbh := x.s * x.b * x.h
 	var b float64
 	if l.TP > 1 {

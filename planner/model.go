@@ -31,6 +31,10 @@ type Model struct {
 	FFN     int    `json:"ffn"`      // MLP inner size
 	Vocab   int    `json:"vocab"`
 	Seq     int    `json:"seq"` // training sequence length
+	// Positions is the rows of GPT's learned position embedding
+	// (Megatron-LM's max_position_embeddings), when more than Seq: a
+	// model trained on shorter sequences than its context holds them all.
+	Positions int `json:"positions,omitempty"`
 }
 
 // Preset is a named published model, with the global batch (sequences) it
@@ -147,6 +151,8 @@ func (m Model) Validate() error {
 		return fmt.Errorf("model: vocab %d: must be 1 to %d", m.Vocab, big)
 	case m.Seq < 1 || m.Seq > big:
 		return fmt.Errorf("model: seq %d: must be 1 to %d", m.Seq, big)
+	case m.Positions < 0 || m.Positions > big:
+		return fmt.Errorf("model: positions %d: must be 0 (the seq) to %d", m.Positions, big)
 	}
 	return nil
 }
@@ -186,11 +192,36 @@ func (m Model) LayerParams() float64 {
 // EmbeddingParams is the first stage's extra: token embedding, plus learned
 // positions for GPT.
 func (m Model) EmbeddingParams() float64 {
-	e := float64(m.Vocab) * float64(m.Hidden)
-	if m.Arch == ArchGPT {
-		e += float64(m.Seq) * float64(m.Hidden)
+	return float64(m.Vocab)*float64(m.Hidden) + m.positionParams()
+}
+
+// positionParams is GPT's learned position embedding (none for Llama).
+func (m Model) positionParams() float64 {
+	if m.Arch != ArchGPT {
+		return 0
 	}
-	return e
+	return float64(max(m.Positions, m.Seq)) * float64(m.Hidden)
+}
+
+// normParams is one LayerNorm's parameters (weight and bias), or one
+// RMSNorm's (a weight).
+func (m Model) normParams() float64 {
+	if m.Arch == ArchLlama {
+		return float64(m.Hidden)
+	}
+	return 2 * float64(m.Hidden)
+}
+
+// rankLayerParams is what one of t TP ranks holds of a layer under
+// Megatron-LM's tensor parallelism: the matrices, and the biases of the
+// column-parallel ones, split over t; the two norms and the biases of the
+// row-parallel projections replicated on every rank.
+func (m Model) rankLayerParams(t int) float64 {
+	h, f := float64(m.Hidden), float64(m.FFN)
+	if m.Arch == ArchLlama {
+		return m.MatrixParams()/float64(t) + 2*m.normParams()
+	}
+	return (m.MatrixParams()+m.qkvWidth()+f)/float64(t) + 2*m.normParams() + 2*h
 }
 
 // HeadParams is the last stage's extra: the final norm, and for untied

@@ -37,7 +37,7 @@ func (r Result) Best() (Candidate, bool) {
 
 // Search enumerates TP × PP × DP = GPUs (TP dividing the GPUs per node and
 // the heads, PP at most the layers, uneven layer splits allowed), ZeRO 0–3
-// (ZeRO 2/3 only without PP, 1–3 only with DP), micro-batches dividing the
+// (ZeRO 2/3 only with TP = PP = 1, 1–3 only with DP), micro-batches dividing the
 // global batch per DP rank, and the recomputation modes; evaluates each in
 // closed form and ranks them.
 func Search(pr Problem, sp Space) (Result, error) {
@@ -143,15 +143,18 @@ func gridsOf(pr Problem, sp Space) []Grid {
 	return grids
 }
 
-// zerosOf is the ZeRO stages to try on g: pinned, or 0 without DP, 0–1 with
-// PP (ZeRO 2/3 are refused with PP), 0–3 otherwise.
+// zerosOf is the ZeRO stages to try on g: pinned, or 0 without DP, 0–1
+// with TP or PP, 0–3 otherwise. ZeRO 2/3 are refused with TP or PP (see
+// structuralReason): Megatron-LM's distributed optimizer is ZeRO-1,
+// DeepSpeed refuses 2/3 with pipeline parallelism, and the engine's 2/3
+// partition the data-parallel model.
 func zerosOf(g Grid, sp Space) []int {
 	switch {
 	case sp.Zero != nil:
 		return sp.Zero
 	case g.DP == 1:
 		return []int{0}
-	case g.PP > 1:
+	case g.TP*g.PP > 1:
 		return []int{0, 1}
 	}
 	return []int{0, 1, 2, 3}

@@ -180,7 +180,7 @@ func (ev *evaluation) dataParallelComm(c *Candidate, comp float64) {
 	if l.DP == 1 {
 		return
 	}
-	w, g, _ := ev.pr.Precision.stateBytes()
+	w, g, _ := ev.stateBytes()
 	psi := 0.0
 	for _, st := range ev.stages[:ev.n] {
 		psi = math.Max(psi, st.psi)
