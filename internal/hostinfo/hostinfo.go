@@ -7,6 +7,8 @@
 // may import the others.
 package hostinfo
 
+import "strconv"
+
 // Host is what detection found on one host. Absent parts are empty, with
 // the reason in the matching *Error field: a host without an NVIDIA driver
 // has no GPUs and GPUError says why; it is not an error of the host.
@@ -82,6 +84,10 @@ type CPU struct {
 	Cores   int    `json:"cores"`   // physical cores, all sockets
 	Threads int    `json:"threads"` // logical CPUs online
 	Online  []int  `json:"online"`  // the logical CPUs online
+	// Siblings are the logical CPUs of each physical core (its hardware
+	// threads, thread_siblings_list), so that binding to cores never
+	// splits one; empty when unknown.
+	Siblings [][]int `json:"siblings,omitempty"`
 }
 
 // NUMANode is one NUMA node: its logical CPUs and memory.
@@ -107,4 +113,12 @@ type Cgroup struct {
 	CPUs        float64 `json:"cpus,omitempty"`         // cpu.max quota / period
 	MemoryBytes int64   `json:"memory_bytes,omitempty"` // memory.max
 	CPUSet      []int   `json:"cpuset,omitempty"`       // cpuset.cpus.effective
+}
+
+// String is the cell as `nvidia-smi topo -m` prints it: "NV18", "PIX", "X".
+func (l Link) String() string {
+	if l.Kind == NVLinkKind {
+		return "NV" + strconv.Itoa(l.NVLinks)
+	}
+	return string(l.Kind)
 }
