@@ -52,6 +52,10 @@ const (
 	// from the launcher to every rank. It is not a secret, and an
 	// environment variable travels to remote hosts inside the agent's spec.
 	JobSpec = "GTRAIN_JOB_SPEC"
+	// CPUs is the CPUs a bound rank may keep busy (gtrain run --bind): its
+	// own cores, or its share of a NUMA node's. The built-in engine runs
+	// that many compute threads.
+	CPUs = "GTRAIN_CPUS"
 )
 
 // Variables a user may set for the built-in engine's ranks (with --env or in
