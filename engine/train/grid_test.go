@@ -63,57 +63,6 @@ func gridSpec(l gridLayout) Spec {
 // at most 9.5e-8 here (0 for many layouts); the bound leaves a factor of 10.
 const gridTol = 1e-6
 
-// gridLayouts are the layouts of the equivalence test, each at ZeRO 0 and 1.
-func gridLayouts() []gridLayout {
-	base := []gridLayout{
-		{tp: 2, pp: 1, dp: 1}, {tp: 2, pp: 1, dp: 1, noSP: true}, {tp: 1, pp: 2, dp: 1}, {tp: 2, pp: 2, dp: 1},
-		{tp: 2, pp: 1, dp: 2}, {tp: 1, pp: 2, dp: 2}, {tp: 2, pp: 2, dp: 2}, {tp: 4, pp: 1, dp: 1},
-		{tp: 1, pp: 3, dp: 1}, {tp: 1, pp: 2, dp: 1, ppLayers: []int{2, 1}}, {tp: 1, pp: 2, dp: 4},
-	}
-	var ls []gridLayout
-	for _, l := range base {
-		for z := range 2 {
-			l.zero = z
-			ls = append(ls, l)
-		}
-	}
-	return ls
-}
-
-// TestGridMatchesSingleRank: for tensor, pipeline and data parallelism and
-// their combinations (uneven splits of layers and vocabulary, with and
-// without sequence parallelism), at ZeRO 0 and 1, every rank reports the
-// same loss at every step, equal within gridTol to that of one rank
-// training on the same global batch, and so is the validation loss
-// (evaluated through the pipeline) where the micro-batch, which sizes the
-// validation batches, is the single rank's; and the status records carry
-// each rank's coordinates.
-func TestGridMatchesSingleRank(t *testing.T) {
-	one := runRanks(t, gridSpec(gridLayout{tp: 1, pp: 1, dp: 1}), 1, nil)[0]
-	ref := one.Losses
-	for _, l := range gridLayouts() {
-		t.Run(l.String(), func(t *testing.T) {
-			n := l.tp * l.pp * l.dp
-			var recs statusRecords
-			res := runRanks(t, gridSpec(l), n, recs.env)
-			worst := sameLosses(t, res, ref)
-			t.Logf("largest relative loss difference over %d steps: %.2g", len(ref), worst)
-			if worst > gridTol {
-				t.Errorf("losses %v, single rank %v: relative difference %.2g > %g", res[0].Losses, ref, worst, gridTol)
-			}
-			for r := range n {
-				if d := relDiff(res[r].ValLoss, one.ValLoss); res[r].ValLoss != res[0].ValLoss || l.dp == 1 && d > gridTol {
-					t.Errorf("rank %d: validation loss %v, rank 0 %v, single rank %v", r, res[r].ValLoss, res[0].ValLoss, one.ValLoss)
-				}
-				c := recs.of(t, r)[0].Coord
-				if c == nil || c.TP != r%l.tp || c.PP != r/l.tp%l.pp || c.DP != r/(l.tp*l.pp) {
-					t.Errorf("rank %d: status record's coordinates %+v, want TP fastest, then PP, then DP", r, c)
-				}
-			}
-		})
-	}
-}
-
 // sameLosses fails unless every rank of res reports the same losses, as
 // many as ref, and returns their largest relative difference to ref.
 func sameLosses(t *testing.T, res []Result, ref []float32) float64 {
