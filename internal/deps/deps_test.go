@@ -92,6 +92,42 @@ func TestImportBoundaries(t *testing.T) {
 	}
 }
 
+// importedOnlyBy maps an import prefix to the one package that may import
+// it directly: go-nvml needs cgo and dlopens the driver's library, so
+// launch/detect wraps it behind a build-tagged stub and everything else
+// (the agent, hosts check) reaches NVML through detect's host facts.
+var importedOnlyBy = map[string]string{
+	"github.com/NVIDIA/go-nvml": "launch/detect",
+}
+
+// TestImportedOnlyBy fails when a package other than the one allowed
+// imports go-nvml directly, and when the allowed one no longer does (the
+// rule would then check nothing).
+func TestImportedOnlyBy(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	importers := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		rel := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		for prefix, owner := range importedOnlyBy {
+			for _, b := range banned(fields[1:], []string{prefix}) {
+				if rel != owner {
+					t.Errorf("%s imports %s; only %s may import %s (see docs/architecture.md)", fields[0], b.dep, owner, prefix)
+				}
+				importers[prefix]++
+			}
+		}
+	}
+	for prefix, owner := range importedOnlyBy {
+		if importers[prefix] == 0 {
+			t.Errorf("nothing imports %s: has %s moved? (build with cgo for its NVML files)", prefix, owner)
+		}
+	}
+}
+
 // violation is a dependency dep that the rule ban forbids.
 type violation struct{ dep, ban string }
 
