@@ -28,6 +28,10 @@ type StageSpec struct {
 	// stage calls it for the inputs, the last for the targets, once per
 	// forward; a middle stage never does (it may be nil there).
 	Batch func(micro int) (x, y []int32, err error)
+	// Recompute is what the stage drops after a micro-batch's forward and
+	// computes again just before its backward, as the dense Model's modes
+	// define it ("" is none).
+	Recompute Recompute
 }
 
 // ShardParam is one tensor a Stage holds: this TP rank's part of a full
@@ -50,7 +54,11 @@ type ShardParam struct {
 // the Hugging Face tensor. It implements pipeline.Stage for one model
 // chunk: Forward and Backward run one micro-batch, keeping the
 // activations of every micro-batch whose backward has not run yet (the
-// schedule's InFlight of them at most).
+// schedule's InFlight of them at most): all of them, or under
+// recomputation (StageSpec.Recompute) all but each block's attention
+// probabilities (selective) or only each block's input (full), the rest
+// rebuilt one block at a time in the backward into buffers the
+// micro-batches share.
 //
 // A step is ZeroGrad, pipeline.Run over the step's micro-batches, then
 // ReduceNorms and ReduceTied, after which Grads holds this rank's part of
@@ -68,6 +76,7 @@ type Stage struct {
 
 	tp            *tensorpar.Group
 	be            backend.Backend
+	rc            Recompute
 	batch         func(micro int) (x, y []int32, err error)
 	index, stages int
 	first, end    int // the layers held: [first, end)
@@ -76,6 +85,8 @@ type Stage struct {
 	dims          stageDims
 	lin           stageLinears
 	sc            stageScratch
+	work          layerActs // recomputation's shared block buffers (see newWork)
+	use           stageUse
 	free          []*stageActs
 	inflight      map[int]*stageActs
 	allocated     int // activation sets made: the most micro-batches in flight
@@ -119,8 +130,12 @@ func NewStage(spec StageSpec) (*Stage, error) {
 	if err := checkStageSpec(spec); err != nil {
 		return nil, err
 	}
+	rc, err := ParseRecompute(string(spec.Recompute))
+	if err != nil {
+		return nil, err
+	}
 	first, end := pipeline.Layers(spec.Split, spec.Stage)
-	s := &Stage{Config: cfg, B: spec.B, T: spec.T, DLoss: 1, tp: spec.TP, be: spec.TP.Backend(), batch: spec.Batch,
+	s := &Stage{Config: cfg, B: spec.B, T: spec.T, DLoss: 1, tp: spec.TP, be: spec.TP.Backend(), batch: spec.Batch, rc: rc,
 		index: spec.Stage, stages: len(spec.Split), first: first, end: end, inflight: map[int]*stageActs{}}
 	s.dims.isFirst, s.dims.isLast = spec.Stage == 0, spec.Stage == len(spec.Split)-1
 	if err := s.layout(); err != nil {
@@ -135,7 +150,9 @@ func NewStage(spec StageSpec) (*Stage, error) {
 	}
 	s.Params, s.Grads = make([]float32, n), make([]float32, n)
 	s.w, s.g = s.views(s.Params), s.views(s.Grads)
-	s.sc = newStageScratch(s.dims, spec.B, spec.T, cfg.Embd, s.be.AttentionScratch(spec.T))
+	attScratch := s.be.AttentionScratch(spec.T)
+	s.use = s.countUse(attScratch)
+	s.newWork(&sizer{}, attScratch)
 	return s, nil
 }
 
@@ -204,28 +221,19 @@ func (s *Stage) layout() error {
 	return nil
 }
 
-// setDims takes the widths from the parts' shapes, so that the layers
-// compute on exactly the parts Part cut.
+// setDims takes the widths of the parts Part cuts (stageDimsOf, the
+// layout's rule), and the rows of this rank's sequence shard from its
+// group.
 func (s *Stage) setDims() error {
-	d := &s.dims
-	d.N, d.layers = s.B*s.T, s.end-s.first
-	lo, hi, err := s.tp.SequenceRows(d.N)
+	N := s.B * s.T
+	lo, hi, err := s.tp.SequenceRows(N)
 	if err != nil {
 		return fmt.Errorf("model: stage: %w", err)
 	}
-	d.rows = hi - lo
-	k := 0
-	if d.isFirst || d.isLast {
-		d.vs = s.shards[0].Shape[0]
-		k++
+	if s.dims, err = stageDimsOf(s.Config, N, hi-lo, s.tp.Rank(), s.tp.Size(), s.index, s.stages, s.end-s.first); err != nil {
+		return err
 	}
-	if d.isFirst {
-		k++
-	}
-	d.cw = s.shards[k+3].Shape[0] / 3 // c_attn.bias: q|k|v of this rank's heads
-	d.nh = s.Config.Heads / s.tp.Size()
-	d.hw = s.shards[k+9].Shape[0] // mlp.c_fc.bias
-	C := s.Config.Embd
+	d, C := s.dims, s.Config.Embd
 	s.lin = stageLinears{
 		qkv:     tensorpar.Linear{N: d.N, In: C, Out: 3 * d.cw},
 		attProj: tensorpar.Linear{N: d.N, In: d.cw, Out: C},

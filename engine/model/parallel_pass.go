@@ -8,92 +8,6 @@ import (
 	"github.com/gtrain/gtrain/engine/tensorpar"
 )
 
-// stageActs are what one micro-batch's forward keeps for its backward.
-// res[i] is local block i's input: on the first stage the embedding's
-// output, elsewhere (i = 0) Run's input buffer, which Run keeps unchanged
-// until the backward; res[layers] is the final LayerNorm's input on the
-// last stage (elsewhere the last block writes Run's output buffer).
-type stageActs struct {
-	x, y                  []int32 // the micro-batch's inputs (first stage) and targets (last)
-	res                   [][]float32
-	layers                []layerActs
-	lnf, lnfMean, lnfRstd []float32
-	probs                 []float32 // N×vs: the logits, then softmax, then their gradient
-	losses                []float32
-}
-
-// stageScratch are the buffers one pass at a time uses.
-type stageScratch struct {
-	proj        []float32 // rows×C: c_proj outputs, consumed at once by the residual add
-	dres, dln   []float32 // rows×C
-	dqkv, datty []float32
-	dfch, dgelu []float32 // N×hw
-	att         []float32 // attention backward's scratch
-}
-
-func newStageScratch(d stageDims, B, T, C, attScratch int) stageScratch {
-	return stageScratch{
-		proj: make([]float32, d.rows*C), dres: make([]float32, d.rows*C), dln: make([]float32, d.rows*C),
-		dqkv: make([]float32, d.N*3*d.cw), datty: make([]float32, d.N*d.cw),
-		dfch: make([]float32, d.N*d.hw), dgelu: make([]float32, d.N*d.hw), att: make([]float32, attScratch),
-	}
-}
-
-// newActs allocates one micro-batch's activations.
-func (s *Stage) newActs() *stageActs {
-	d, C := s.dims, s.Config.Embd
-	a := &stageActs{res: make([][]float32, d.layers+1)}
-	for i := range d.layers {
-		if i > 0 || d.isFirst {
-			a.res[i] = make([]float32, d.rows*C)
-		}
-		a.layers = append(a.layers, layerActs{
-			ln1: make([]float32, d.rows*C), ln1Mean: make([]float32, d.rows), ln1Rstd: make([]float32, d.rows),
-			qkv: make([]float32, d.N*3*d.cw), atty: make([]float32, d.N*d.cw), att: make([]float32, s.B*d.nh*s.T*s.T),
-			res2: make([]float32, d.rows*C), ln2: make([]float32, d.rows*C), ln2Mean: make([]float32, d.rows),
-			ln2Rstd: make([]float32, d.rows), fch: make([]float32, d.N*d.hw), fchGelu: make([]float32, d.N*d.hw),
-		})
-	}
-	if d.isFirst {
-		a.x = make([]int32, d.N)
-	}
-	if d.isLast {
-		a.y = make([]int32, d.N)
-		a.res[d.layers] = make([]float32, d.rows*C)
-		a.lnf, a.lnfMean, a.lnfRstd = make([]float32, d.rows*C), make([]float32, d.rows), make([]float32, d.rows)
-		a.probs, a.losses = make([]float32, d.N*d.vs), make([]float32, d.N)
-	}
-	return a
-}
-
-// take returns a free activation set for micro, making one when every set
-// is in flight: the schedule decides how many there are.
-func (s *Stage) take(micro int) (*stageActs, error) {
-	if _, ok := s.inflight[micro]; ok {
-		return nil, fmt.Errorf("model: stage %d: forward of micro-batch %d again before its backward", s.index, micro)
-	}
-	var a *stageActs
-	if k := len(s.free); k > 0 {
-		a, s.free = s.free[k-1], s.free[:k-1]
-	} else {
-		a = s.newActs()
-		s.allocated++
-	}
-	s.inflight[micro] = a
-	return a, nil
-}
-
-// release returns micro's activations to the free list.
-func (s *Stage) release(micro int) {
-	if a, ok := s.inflight[micro]; ok {
-		delete(s.inflight, micro)
-		if !s.dims.isFirst {
-			a.res[0] = nil // Run's buffer, not ours
-		}
-		s.free = append(s.free, a)
-	}
-}
-
 // checkPass validates a Forward's or Backward's arguments: one chunk, and
 // a buffer from the previous (next) stage exactly where there is one.
 func (s *Stage) checkPass(op string, chunk int, prev, next []float32) error {
@@ -164,7 +78,7 @@ func (s *Stage) forward(ctx context.Context, micro int, a *stageActs, in, out []
 		if i == d.layers-1 && !d.isLast {
 			dst = out
 		}
-		if err := s.blockForward(ctx, &s.w.blocks[i], &a.layers[i], a.res[i], dst); err != nil {
+		if err := s.blockForward(ctx, &s.w.blocks[i], s.layer(a, i), a.res[i], dst); err != nil {
 			return fmt.Errorf("block %d: %w", s.first+i, err)
 		}
 	}
@@ -220,7 +134,9 @@ func (s *Stage) headForward(ctx context.Context, a *stageActs) (float32, error) 
 // blockForward computes a block on this rank's heads and MLP features:
 // out = res2 + MLP(LN2(res2)) with res2 = in + Attention(LN1(in)), the
 // LayerNorms and residual adds on this rank's rows (all of them without
-// sequence parallelism).
+// sequence parallelism). With out nil (a full recomputation, whose
+// backward needs the activations but not the output) it stops after the
+// GELU: every TP rank of the block skips the same reduction.
 func (s *Stage) blockForward(ctx context.Context, lw *layerWeights, la *layerActs, in, out []float32) error {
 	be, g, proj := s.be, s.tp, s.sc.proj
 	d, C := s.dims, s.Config.Embd
@@ -238,6 +154,9 @@ func (s *Stage) blockForward(ctx context.Context, lw *layerWeights, la *layerAct
 		return err
 	}
 	be.Gelu(la.fchGelu, la.fch)
+	if out == nil {
+		return nil
+	}
 	if err := g.RowForward(ctx, s.lin.fcProj, proj, la.fchGelu, lw.fcprojw, lw.fcprojb); err != nil {
 		return err
 	}
@@ -274,7 +193,11 @@ func (s *Stage) backward(ctx context.Context, a *stageActs, dout, din []float32)
 		copy(sc.dres, dout)
 	}
 	for i := d.layers - 1; i >= 0; i-- {
-		if err := s.blockBackward(ctx, &s.w.blocks[i], &s.g.blocks[i], &a.layers[i], a.res[i]); err != nil {
+		la, err := s.recompute(ctx, a, i)
+		if err == nil {
+			err = s.blockBackward(ctx, &s.w.blocks[i], &s.g.blocks[i], la, a.res[i])
+		}
+		if err != nil {
 			return fmt.Errorf("block %d: %w", s.first+i, err)
 		}
 	}
@@ -284,6 +207,26 @@ func (s *Stage) backward(ctx context.Context, a *stageActs, dout, din []float32)
 	}
 	e := tensorpar.Embedding{B: s.B, T: s.T, C: cfg.Embd, V: cfg.Vocab}
 	return s.tp.EmbeddingBackward(ctx, e, s.g.wte, s.g.wpe, sc.dres, a.x)
+}
+
+// recompute rebuilds what the forward of block i of a dropped, just
+// before the block's backward, and returns the block's activations. Full:
+// the whole block, from its kept input, into the shared set. Selective:
+// the probabilities, into the shared buffer, from the kept Q, K and V
+// (rewriting atty with the values it holds: the kernel computes both).
+// The same kernels on the same inputs (and, under full, the same
+// collectives over the same TP ranks) give bit-identical values, so the
+// gradients are those of a run that kept everything.
+func (s *Stage) recompute(ctx context.Context, a *stageActs, i int) (*layerActs, error) {
+	switch s.rc {
+	case RecomputeFull:
+		return &s.work, s.blockForward(ctx, &s.w.blocks[i], &s.work, a.res[i], nil)
+	case RecomputeSelective:
+		la := &a.layers[i]
+		s.be.Attention(la.atty, la.att, la.qkv, s.B, s.T, s.dims.cw, s.dims.nh)
+		return la, nil
+	}
+	return &a.layers[i], nil
 }
 
 // headBackward leaves in sc.dres the gradient of DLoss × the micro-batch's

@@ -104,6 +104,13 @@ type parRank struct {
 // ends (so that no rank closes a link a peer still reads).
 func runParallel(t *testing.T, tp, pp int, sp bool, full []float32) []*parRank {
 	t.Helper()
+	return runParallelRecompute(t, tp, pp, sp, RecomputeNone, full)
+}
+
+// runParallelRecompute is runParallel with the stages recomputing as rc
+// says.
+func runParallelRecompute(t *testing.T, tp, pp int, sp bool, rc Recompute, full []float32) []*parRank {
+	t.Helper()
 	n := tp * pp
 	trs := comm.NewInProc(n)
 	ranks := make([]*parRank, n)
@@ -127,7 +134,7 @@ func runParallel(t *testing.T, tp, pp int, sp bool, full []float32) []*parRank {
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			if errs[r] = parRankStep(ctx, ranks[r], trs[r], r, tp, pp, sp, full); errs[r] != nil {
+			if errs[r] = parRankStep(ctx, ranks[r], trs[r], r, tp, pp, sp, rc, full); errs[r] != nil {
 				cancel() // the others fail rather than wait for this rank
 			}
 		})
@@ -142,7 +149,7 @@ func runParallel(t *testing.T, tp, pp int, sp bool, full []float32) []*parRank {
 }
 
 // parRankStep is one rank's step: groups, stage, schedule, reductions.
-func parRankStep(ctx context.Context, k *parRank, tr comm.Transport, r, tp, pp int, sp bool, full []float32) error {
+func parRankStep(ctx context.Context, k *parRank, tr comm.Transport, r, tp, pp int, sp bool, rc Recompute, full []float32) error {
 	var err error
 	// The timeout is a backstop only: a failing rank cancels the others.
 	if k.world, err = comm.New(ctx, r, tp*pp, tr, comm.Options{Name: "world", Timeout: 2 * time.Minute}); err != nil {
@@ -156,7 +163,7 @@ func parRankStep(ctx context.Context, k *parRank, tr comm.Transport, r, tp, pp i
 		return err
 	}
 	k.stage, err = NewStage(StageSpec{Config: parCfg, B: parB, T: parT, Split: split, Stage: k.gs.Coord.PP,
-		TP: tensorpar.NewGroup(k.gs.TP, backend.CPU{Threads: 1}, sp), Batch: parBatch})
+		TP: tensorpar.NewGroup(k.gs.TP, backend.CPU{Threads: 1}, sp), Batch: parBatch, Recompute: rc})
 	if err != nil {
 		return err
 	}
