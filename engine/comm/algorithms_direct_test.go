@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // shmWorld connects p goroutine ranks through Connect with the given host
@@ -19,7 +21,7 @@ func shmWorld(t *testing.T, hosts []string, opts Options) []*Communicator {
 	dir := t.TempDir()
 	comms := make([]*Communicator, p)
 	trs := make([]Transport, p)
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		var err error
 		trs[r], err = Connect(t.Context(), BootstrapConfig{
 			Rank: r, Size: p, Store: store, Secret: tpSecret, Prefix: "job/0", HostID: hosts[r],
@@ -99,7 +101,7 @@ func TestAutoPicksDirectOnOneHost(t *testing.T) {
 // direct all-reduce is reported by rank, within the timeout.
 func TestDirectPeerDeath(t *testing.T) {
 	comms := shmWorld(t, sameHost(3), Options{Timeout: 2 * time.Second})
-	errs := onAll(2, func(r int) error {
+	errs := commtest.Run(2, nil, func(r int) error {
 		return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1<<18), Sum)
 	})
 	for r, err := range errs {
@@ -156,8 +158,8 @@ func TestHierarchical(t *testing.T) {
 // reported, not waited for.
 func TestHierarchicalMismatch(t *testing.T) {
 	comms := shmWorld(t, []string{"a", "a", "b", "b"}, Options{RingThreshold: 64, Timeout: 5 * time.Second})
-	mustAll(t, 4, func(r int) error { return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1000), Sum) })
-	errs := onAll(4, func(r int) error {
+	commtest.Must(t, 4, nil, func(r int) error { return comms[r].AllReduce(t.Context(), NewBuffer(Float32, 1000), Sum) })
+	errs := commtest.Run(4, nil, func(r int) error {
 		n := 1000
 		if r == 3 {
 			n = 1024
@@ -183,7 +185,7 @@ func TestHierarchicalMismatch(t *testing.T) {
 func TestStreamingPeerCloses(t *testing.T) {
 	comms := shmWorld(t, sameHost(3), Options{Timeout: 20 * time.Second})
 	start := time.Now()
-	errs := onAll(3, func(r int) error {
+	errs := commtest.Run(3, nil, func(r int) error {
 		if r == 2 {
 			time.AfterFunc(20*time.Millisecond, func() { comms[2].Close() })
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // BenchmarkAllReduce runs an f32 sum all-reduce on p goroutine ranks over
@@ -30,7 +32,7 @@ func benchAllReduce(b *testing.B, comms []*Communicator, size int) {
 	}
 	b.SetBytes(int64(size))
 	b.ResetTimer()
-	errs := onAll(p, func(r int) error {
+	errs := commtest.Run(p, nil, func(r int) error {
 		for range b.N {
 			if err := comms[r].AllReduce(context.Background(), bufs[r], Sum); err != nil {
 				return err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // These tests run in synctest bubbles: time only moves when every goroutine
@@ -62,7 +64,7 @@ func testPeerDeath(t *testing.T, alg string, p int) {
 	dead := p - 1
 	trs[dead].(*InProc).CloseAfterSends(3) // the header and two chunks, then it dies
 	start := time.Now()
-	errs := onAll(p, func(r int) error {
+	errs := commtest.Run(p, nil, func(r int) error {
 		buf, _ := makeInput(Float32, 4099, 1, r)
 		return comms[r].AllReduce(t.Context(), buf, Sum)
 	})
@@ -114,7 +116,7 @@ func testStuckPeer(t *testing.T, alg string, p int, how string) {
 		trs[stuck].(*InProc).Stall()
 	}
 	start := time.Now()
-	errs := onAll(p, func(r int) error {
+	errs := commtest.Run(p, nil, func(r int) error {
 		if r == stuck && how == "absent" {
 			return nil
 		}
@@ -219,7 +221,7 @@ func testMismatch(t *testing.T, tc mismatchCase) {
 	const timeout = time.Minute
 	comms := newWorld(t, tc.p, Options{Algorithm: tc.alg, Timeout: timeout, Hosts: testHosts(tc.p)})
 	start := time.Now()
-	errs := onAll(tc.p, func(r int) error { return tc.call(t.Context(), comms[r], r == tc.odd) })
+	errs := commtest.Run(tc.p, nil, func(r int) error { return tc.call(t.Context(), comms[r], r == tc.odd) })
 	if d := time.Since(start); d >= timeout {
 		t.Errorf("took the whole timeout (%v) to fail", d)
 	}
@@ -248,7 +250,7 @@ func testMismatch(t *testing.T, tc mismatchCase) {
 func TestMismatchMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		comms := newWorld(t, 4, Options{Algorithm: "rd", Hosts: testHosts(4)})
-		errs := onAll(4, func(r int) error { return allReduceN(1024, Sum)(t.Context(), comms[r], r == 3) })
+		errs := commtest.Run(4, nil, func(r int) error { return allReduceN(1024, Sum)(t.Context(), comms[r], r == 3) })
 		want := "comm: rank 2: all_reduce #0: peer rank 3 (host h3) called all_reduce (count 1000, not 1024)"
 		if errs[2] == nil || errs[2].Error() != want {
 			t.Errorf("rank 2: %v\nwant %s", errs[2], want)
@@ -270,7 +272,7 @@ func TestOptionsMismatch(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				trs := NewInProc(2)
 				comms := make([]*Communicator, 2)
-				mustAll(t, 2, func(r int) error {
+				commtest.Must(t, 2, nil, func(r int) error {
 					opts := Options{Algorithm: "rd"}
 					if r == 1 {
 						opts = tc.odd
@@ -279,7 +281,7 @@ func TestOptionsMismatch(t *testing.T) {
 					comms[r], err = New(t.Context(), r, 2, trs[r], opts)
 					return err
 				})
-				errs := onAll(2, func(r int) error { return comms[r].AllReduce(t.Context(), F32(make([]float32, 8)), Sum) })
+				errs := commtest.Run(2, nil, func(r int) error { return comms[r].AllReduce(t.Context(), F32(make([]float32, 8)), Sum) })
 				if errs[0] == nil || !strings.Contains(errs[0].Error(), tc.want) {
 					t.Errorf("rank 0: %v, want %q", errs[0], tc.want)
 				}
@@ -293,7 +295,7 @@ func TestCancelAbortsPeers(t *testing.T) {
 		const timeout = time.Minute
 		comms := newWorld(t, 3, Options{Timeout: timeout})
 		start := time.Now()
-		errs := onAll(3, func(r int) error {
+		errs := commtest.Run(3, nil, func(r int) error {
 			ctx := t.Context()
 			if r == 0 {
 				cctx, cancel := context.WithCancel(ctx)

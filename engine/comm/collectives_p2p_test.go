@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // TestPipeline passes activations forward through 4 stages with Send and
@@ -19,7 +21,7 @@ func TestPipeline(t *testing.T) {
 	}
 	first, _ := makeInput(BFloat16, n, 1, 0)
 	copy(act[0].Bytes(), first.Bytes())
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		c := comms[r]
 		if r > 0 {
 			if err := c.Recv(t.Context(), act[r], r-1); err != nil {
@@ -43,7 +45,7 @@ func TestPipeline(t *testing.T) {
 		out[r], _ = makeInput(Float32, n, 2, r)
 		in[r] = garbage(Float32, n)
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		h := comms[r].SendRecvAsync(t.Context(), out[r], (r+1)%p, in[r], (r+p-1)%p)
 		return h.Wait(t.Context())
 	})
@@ -60,7 +62,7 @@ func TestSendRecvSamePeer(t *testing.T) {
 	out := []Buffer{F32([]float32{1, 2, 3}), F32([]float32{4, 5, 6})}
 	in := []Buffer{F32(make([]float32, 3)), F32(make([]float32, 3))}
 	for range 3 { // several rounds: per-peer sequence numbers advance
-		mustAll(t, 2, func(r int) error { return comms[r].SendRecv(t.Context(), out[r], 1-r, in[r], 1-r) })
+		commtest.Must(t, 2, nil, func(r int) error { return comms[r].SendRecv(t.Context(), out[r], 1-r, in[r], 1-r) })
 	}
 	for r := range 2 {
 		checkBits(t, fmt.Sprintf("rank %d", r), in[r].Bytes(), out[1-r].Bytes())
@@ -72,7 +74,7 @@ func TestSendRecvSamePeer(t *testing.T) {
 func TestSendRecvSelf(t *testing.T) {
 	for _, p := range []int{1, 3} {
 		comms := newWorld(t, p, Options{})
-		errs := onAll(p, func(r int) error {
+		errs := commtest.Run(p, nil, func(r int) error {
 			send, recv := F32([]float32{float32(r), 2, 3}), NewBuffer(Float32, 3)
 			if err := comms[r].SendRecv(context.Background(), send, r, recv, r); err != nil {
 				return err

@@ -3,6 +3,8 @@ package comm
 import (
 	"fmt"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // The correctness matrix: every collective × dtype × group size 1..8 ×
@@ -100,7 +102,7 @@ func testAllReduce(t *testing.T, comms []*Communicator, a caseArgs) {
 	for r := range p {
 		bufs[r], ins[r] = makeInput(a.dt, a.n, a.salt, r)
 	}
-	mustAll(t, p, func(r int) error { return comms[r].AllReduce(t.Context(), bufs[r], a.op) })
+	commtest.Must(t, p, nil, func(r int) error { return comms[r].AllReduce(t.Context(), bufs[r], a.op) })
 	ref, tol := refReduce(a.dt, a.op, ins, 0, a.n)
 	for r := range p {
 		checkNear(t, fmt.Sprintf("rank %d", r), bufs[r], ref, tol)
@@ -119,7 +121,7 @@ func testReduceScatter(t *testing.T, comms []*Communicator, a caseArgs) {
 			recv[r] = q.block(send[r], r)
 		}
 	}
-	mustAll(t, p, func(r int) error { return comms[r].ReduceScatter(t.Context(), send[r], recv[r], a.op) })
+	commtest.Must(t, p, nil, func(r int) error { return comms[r].ReduceScatter(t.Context(), send[r], recv[r], a.op) })
 	for r := range p {
 		ref, tol := refReduce(a.dt, a.op, ins, q.offset(r), q.offset(r)+q.count(r))
 		checkNear(t, fmt.Sprintf("rank %d", r), recv[r], ref, tol)
@@ -140,7 +142,7 @@ func testAllGather(t *testing.T, comms []*Communicator, a caseArgs) {
 			send[r] = q.block(recv[r], r)
 		}
 	}
-	mustAll(t, p, func(r int) error { return comms[r].AllGather(t.Context(), send[r], recv[r]) })
+	commtest.Must(t, p, nil, func(r int) error { return comms[r].AllGather(t.Context(), send[r], recv[r]) })
 	for r := range p {
 		checkBits(t, fmt.Sprintf("rank %d", r), recv[r].Bytes(), want)
 	}
@@ -157,7 +159,7 @@ func testBroadcast(t *testing.T, comms []*Communicator, a caseArgs) {
 			copy(bufs[r].Bytes(), want.Bytes())
 		}
 	}
-	mustAll(t, p, func(r int) error { return comms[r].Broadcast(t.Context(), bufs[r], root) })
+	commtest.Must(t, p, nil, func(r int) error { return comms[r].Broadcast(t.Context(), bufs[r], root) })
 	for r := range p {
 		checkBits(t, fmt.Sprintf("rank %d", r), bufs[r].Bytes(), want.Bytes())
 	}
@@ -174,7 +176,7 @@ func testReduce(t *testing.T, comms []*Communicator, a caseArgs) {
 	if a.inPlace {
 		recv = send[root]
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		out := Buffer{}
 		if r == root {
 			out = recv
@@ -199,7 +201,7 @@ func testGather(t *testing.T, comms []*Communicator, a caseArgs) {
 		copy(recv.Slice(root*a.n, (root+1)*a.n).Bytes(), send[root].Bytes())
 		send[root] = recv.Slice(root*a.n, (root+1)*a.n)
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		out := Buffer{}
 		if r == root {
 			out = recv
@@ -220,7 +222,7 @@ func testScatter(t *testing.T, comms []*Communicator, a caseArgs) {
 	if a.inPlace {
 		recv[root] = send.Slice(root*a.n, (root+1)*a.n)
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		in := Buffer{}
 		if r == root {
 			in = send

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // newWorld connects size communicators over one NewInProc, and closes them
@@ -29,45 +30,11 @@ func newWorldTr(t testing.TB, size int, opts Options) ([]*Communicator, []Transp
 func newWorldOpts(t testing.TB, size int, opts func(r int) Options) ([]*Communicator, []Transport) {
 	t.Helper()
 	trs := NewInProc(size)
-	comms := make([]*Communicator, size)
-	errs := onAll(size, func(r int) error {
-		var err error
-		comms[r], err = New(context.Background(), r, size, trs[r], opts(r))
-		return err
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: New: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for r := range comms {
-			comms[r].Close()
-			trs[r].Close()
-		}
+	commtest.CloseAtEnd(t, trs)
+	comms := commtest.Open(t, size, func(r int) (*Communicator, error) {
+		return New(context.Background(), r, size, trs[r], opts(r))
 	})
 	return comms, trs
-}
-
-// onAll runs f for every rank at once and returns the errors by rank.
-func onAll(n int, f func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = f(r) })
-	}
-	wg.Wait()
-	return errs
-}
-
-// mustAll is onAll that fails the test on any error.
-func mustAll(t testing.TB, n int, f func(r int) error) {
-	t.Helper()
-	for r, err := range onAll(n, f) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
 }
 
 // testValue is a deterministic pseudo-random multiple of 1/256 in [-4, 4):
@@ -228,7 +195,7 @@ func TestConnectTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		trs := NewInProc(3)
 		start := time.Now()
-		errs := onAll(2, func(r int) error {
+		errs := commtest.Run(2, nil, func(r int) error {
 			_, err := New(t.Context(), r, 3, trs[r], Options{Timeout: 10 * time.Second, Hosts: []string{"a", "b", "c"}})
 			return err
 		})
@@ -282,7 +249,7 @@ func TestAsyncInOrder(t *testing.T) {
 		bufs[r].agOut = NewBuffer(Float32, n)
 		bufs[r].bc, _ = makeInput(Float32, 7, 2, r)
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		c, b := comms[r], &bufs[r]
 		hs := []*Handle{
 			c.AllReduceAsync(ctx, b.ar, Sum),

@@ -8,13 +8,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // connectPair connects ranks 0 and 1 of trs in group.
 func connectPair(t *testing.T, trs []Transport, group string) (a, b Conn) {
 	t.Helper()
 	conns := make([]Conn, 2)
-	mustAll(t, 2, func(r int) error {
+	commtest.Must(t, 2, nil, func(r int) error {
 		var err error
 		conns[r], err = trs[r].(*InProc).ConnectGroup(t.Context(), 1-r, group)
 		return err

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // splitAll splits every communicator with color(r), key(r) and returns the
@@ -13,7 +15,7 @@ import (
 func splitAll(t *testing.T, comms []*Communicator, color, key func(r int) int) []*Communicator {
 	t.Helper()
 	subs := make([]*Communicator, len(comms))
-	mustAll(t, len(comms), func(r int) error {
+	commtest.Must(t, len(comms), nil, func(r int) error {
 		var err error
 		subs[r], err = comms[r].Split(t.Context(), color(r), key(r))
 		return err
@@ -110,7 +112,7 @@ func TestSplitTPDP(t *testing.T) {
 		grads[r], gradIns[r] = makeInput(BFloat16, n, 1, r)
 		tpBufs[r], tpIns[r] = makeInput(Float32, n, 2, r)
 	}
-	mustAll(t, p, func(r int) error {
+	commtest.Must(t, p, nil, func(r int) error {
 		h := dp[r].AllReduceAsync(t.Context(), grads[r], Avg)
 		if err := tp[r].AllReduce(t.Context(), tpBufs[r], Sum); err != nil {
 			return err
@@ -147,14 +149,14 @@ func TestSplitNested(t *testing.T) {
 	for r := range bufs {
 		bufs[r] = F32([]float32{float32(r)})
 	}
-	mustAll(t, 8, func(r int) error { return quarters[r].AllReduce(t.Context(), bufs[r], Sum) })
+	commtest.Must(t, 8, nil, func(r int) error { return quarters[r].AllReduce(t.Context(), bufs[r], Sum) })
 	for r, b := range bufs {
 		if got, want := b.Float32s()[0], float32(r+(r^1)); got != want {
 			t.Errorf("rank %d: %v, want %v", r, got, want)
 		}
 	}
 	// Errors in a sub-group name the peer's world rank and host.
-	errs := onAll(8, func(r int) error {
+	errs := commtest.Run(8, nil, func(r int) error {
 		if r == 5 {
 			return quarters[r].Close()
 		}
@@ -171,12 +173,12 @@ type plainTransport struct{ Transport }
 func TestSplitNeedsGroupTransport(t *testing.T) {
 	trs := NewInProc(2)
 	comms := make([]*Communicator, 2)
-	mustAll(t, 2, func(r int) error {
+	commtest.Must(t, 2, nil, func(r int) error {
 		var err error
 		comms[r], err = New(t.Context(), r, 2, plainTransport{trs[r]}, Options{})
 		return err
 	})
-	errs := onAll(2, func(r int) error {
+	errs := commtest.Run(2, nil, func(r int) error {
 		_, err := comms[r].Split(t.Context(), 0, r)
 		return err
 	})
@@ -186,5 +188,5 @@ func TestSplitNeedsGroupTransport(t *testing.T) {
 		}
 	}
 	// The world is still usable: the exchange completed everywhere.
-	mustAll(t, 2, func(r int) error { return comms[r].Barrier(context.Background()) })
+	commtest.Must(t, 2, nil, func(r int) error { return comms[r].Barrier(context.Background()) })
 }

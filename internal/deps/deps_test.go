@@ -47,9 +47,10 @@ var (
 		"testing", // and testing/synctest, testing/fstest, ...
 		module + "/internal/netns",
 		module + "/internal/proctest",
+		module + "/engine/comm/commtest",
 		"github.com/rogpeppe/go-internal/testscript",
 	}
-	testHelpers = []string{"internal/netns", "internal/proctest"}
+	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest"}
 )
 
 // TestImportBoundaries fails when a package reaches across a boundary of the
