@@ -31,8 +31,8 @@ func newWorldOpts(t testing.TB, size int, opts func(r int) Options) ([]*Communic
 	t.Helper()
 	trs := NewInProc(size)
 	commtest.CloseAtEnd(t, trs)
-	comms := commtest.Open(t, size, func(r int) (*Communicator, error) {
-		return New(context.Background(), r, size, trs[r], opts(r))
+	comms := commtest.Open(context.Background(), t, size, func(ctx context.Context, r int) (*Communicator, error) {
+		return New(ctx, r, size, trs[r], opts(r))
 	})
 	return comms, trs
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -18,19 +18,10 @@ import (
 func newWorld(t *testing.T, n int) []*comm.Communicator {
 	t.Helper()
 	trs := comm.NewInProc(n)
-	world := make([]*comm.Communicator, n)
-	onAll(t, n, func(ctx context.Context, r int) error {
-		var err error
-		world[r], err = comm.New(ctx, r, n, trs[r], comm.Options{Name: "world", Timeout: 2 * time.Minute})
-		return err
+	commtest.CloseAtEnd(t, trs)
+	return commtest.Open(t.Context(), t, n, func(ctx context.Context, r int) (*comm.Communicator, error) {
+		return comm.New(ctx, r, n, trs[r], comm.Options{Name: "world", Timeout: 2 * time.Minute})
 	})
-	t.Cleanup(func() {
-		for r := range n {
-			world[r].Close()
-			trs[r].Close()
-		}
-	})
-	return world
 }
 
 // onAll runs f on every rank at once and fails the test on any error; the
@@ -38,11 +29,7 @@ func newWorld(t *testing.T, n int) []*comm.Communicator {
 // its peers waiting for the timeout.
 func onAll(t *testing.T, n int, f func(ctx context.Context, r int) error) {
 	t.Helper()
-	for r, err := range runAll(t, n, true, f) {
-		if err != nil {
-			t.Fatalf("rank %d of %d: %v", r, n, err)
-		}
-	}
+	commtest.Check(t, runAll(t, n, true, f))
 }
 
 // runAll runs f on every rank at once and returns the errors by rank. With
@@ -50,17 +37,11 @@ func onAll(t *testing.T, n int, f func(ctx context.Context, r int) error) {
 func runAll(t *testing.T, n int, cancelOnErr bool, f func(ctx context.Context, r int) error) []error {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			if errs[r] = f(ctx, r); errs[r] != nil && cancelOnErr {
-				cancel()
-			}
-		})
+	var stop func()
+	if cancelOnErr {
+		stop = cancel
 	}
-	wg.Wait()
-	return errs
+	return commtest.Run(n, stop, func(r int) error { return f(ctx, r) })
 }
 
 // grids is every layout of at most 8 ranks.

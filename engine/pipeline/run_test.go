@@ -7,11 +7,11 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // toyNet is a chain of affine maps y = W·x + b, one per virtual stage, with
@@ -188,31 +188,25 @@ func runPipeline(t *testing.T, s Schedule, n *toyNet, rank func(r int, st *toySt
 	t.Helper()
 	g := newToyGrads(n, s.Micros)
 	trs := comm.NewInProc(s.Stages)
-	errs := make([]error, s.Stages)
-	var wg sync.WaitGroup
-	for r := range s.Stages {
-		wg.Go(func() {
-			var pp *comm.Communicator
-			if s.Stages > 1 {
-				var err error
-				// The timeout is a backstop: a failing rank closes its links.
-				pp, err = comm.New(t.Context(), r, s.Stages, trs[r], comm.Options{Name: "pp", Timeout: 2 * time.Minute, ChunkBytes: 16})
-				if err != nil {
-					errs[r] = err
-					return
-				}
-				defer pp.Close()
+	errs := commtest.Run(s.Stages, nil, func(r int) error {
+		var pp *comm.Communicator
+		if s.Stages > 1 {
+			var err error
+			// The timeout is a backstop: a failing rank closes its links.
+			pp, err = comm.New(t.Context(), r, s.Stages, trs[r], comm.Options{Name: "pp", Timeout: 2 * time.Minute, ChunkBytes: 16})
+			if err != nil {
+				return err
 			}
-			st := &toyStage{net: n, p: s.Stages, rank: r, g: g,
-				x: map[[2]int][]float32{}, xc: map[[2]int][]float32{}, y: map[int][]float32{}}
-			ctx, stg := t.Context(), Stage(st)
-			if rank != nil {
-				ctx, stg = rank(r, st)
-			}
-			errs[r] = Run(ctx, s, stg, pp)
-		})
-	}
-	wg.Wait()
+			defer pp.Close()
+		}
+		st := &toyStage{net: n, p: s.Stages, rank: r, g: g,
+			x: map[[2]int][]float32{}, xc: map[[2]int][]float32{}, y: map[int][]float32{}}
+		ctx, stg := t.Context(), Stage(st)
+		if rank != nil {
+			ctx, stg = rank(r, st)
+		}
+		return Run(ctx, s, stg, pp)
+	})
 	return g, errs
 }
 

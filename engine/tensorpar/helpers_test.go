@@ -6,12 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/backend"
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // u is float32's unit roundoff.
@@ -75,15 +75,11 @@ func newCluster(t *testing.T, tp int, sp bool) *cluster {
 		return c
 	}
 	trs := comm.NewInProc(tp)
-	comms := make([]*comm.Communicator, tp)
-	c.run(func(r int, _ *Group) error {
-		var err error
-		comms[r], err = comm.New(ctx, r, tp, trs[r], comm.Options{Name: "tp", Timeout: time.Minute})
-		return err
+	comms := commtest.Open(ctx, t, tp, func(ctx context.Context, r int) (*comm.Communicator, error) {
+		return comm.New(ctx, r, tp, trs[r], comm.Options{Name: "tp", Timeout: time.Minute})
 	})
 	for r, cm := range comms {
 		c.groups[r] = NewGroup(cm, be, sp)
-		t.Cleanup(func() { cm.Close() })
 	}
 	return c
 }
@@ -93,21 +89,7 @@ func newCluster(t *testing.T, tp int, sp bool) *cluster {
 // wait for it in a collective until the communicator's timeout.
 func (c *cluster) run(f func(r int, g *Group) error) {
 	c.t.Helper()
-	errs := make([]error, len(c.groups))
-	var wg sync.WaitGroup
-	for r := range c.groups {
-		wg.Go(func() {
-			if errs[r] = f(r, c.groups[r]); errs[r] != nil {
-				c.cancel()
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			c.t.Fatalf("rank %d of %d: %v", r, len(c.groups), err)
-		}
-	}
+	commtest.Must(c.t, len(c.groups), c.cancel, func(r int) error { return f(r, c.groups[r]) })
 }
 
 // part extracts rank r's part of full (shape) under split s, failing the

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // onRanks runs f on n ranks in this process, each with a communicator over
@@ -20,32 +20,17 @@ func onRanks(t *testing.T, n int, f func(ctx context.Context, r int, c *comm.Com
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	trs := comm.NewInProc(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			errs[r] = func() error {
-				var c *comm.Communicator
-				if n > 1 {
-					var err error
-					if c, err = comm.New(ctx, r, n, trs[r], comm.Options{Name: "dp", Timeout: time.Minute}); err != nil {
-						return err
-					}
-					defer c.Close()
-				}
-				return f(ctx, r, c)
-			}()
-			if errs[r] != nil {
-				cancel()
+	commtest.Must(t, n, cancel, func(r int) error {
+		var c *comm.Communicator
+		if n > 1 {
+			var err error
+			if c, err = comm.New(ctx, r, n, trs[r], comm.Options{Name: "dp", Timeout: time.Minute}); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d of %d: %v", r, n, err)
+			defer c.Close()
 		}
-	}
+		return f(ctx, r, c)
+	})
 }
 
 // runRanks trains spec on n in-process ranks and returns each rank's

@@ -9,6 +9,7 @@
 package commtest
 
 import (
+	"context"
 	"io"
 	"sync"
 	"testing"
@@ -54,16 +55,20 @@ func Must(t testing.TB, n int, stop func(), f func(r int) error) {
 	Check(t, Run(n, stop, f))
 }
 
-// Open connects n ranks at once, rank r by open(r) (a communicator's
+// Open connects n ranks at once, rank r by open(ctx, r) (a communicator's
 // constructor blocks until its peers connect, so the ranks must open
-// together), and closes them, in rank order, when the test ends. A rank
-// that fails to open fails the test, after the others are closed.
-func Open[C io.Closer](t testing.TB, n int, open func(r int) (C, error)) []C {
+// together), and closes them, in rank order, when the test ends. Each
+// rank's context derives from ctx and is cancelled as soon as a rank fails
+// to open, so that the others stop waiting for it; that failure fails the
+// test.
+func Open[C io.Closer](ctx context.Context, t testing.TB, n int, open func(ctx context.Context, r int) (C, error)) []C {
 	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cs := make([]C, n)
 	ok := make([]bool, n)
-	errs := Run(n, nil, func(r int) (err error) {
-		cs[r], err = open(r)
+	errs := Run(n, cancel, func(r int) (err error) {
+		cs[r], err = open(ctx, r)
 		ok[r] = err == nil
 		return err
 	})

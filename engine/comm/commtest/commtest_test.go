@@ -1,6 +1,7 @@
 package commtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -89,7 +90,7 @@ func TestOpenClosesAtEnd(t *testing.T) {
 		CloseAtEnd(t, trs)
 		var started sync.WaitGroup
 		started.Add(3)
-		cs := Open(t, 3, func(r int) (closer, error) {
+		cs := Open(t.Context(), t, 3, func(_ context.Context, r int) (closer, error) {
 			started.Done()
 			started.Wait()
 			return closer{r, &log}, nil
