@@ -220,8 +220,8 @@ func (t *Trainer) load(c *ckpt.Checkpoint) error {
 	if err := t.sampler.Restore(st.Sampler); err != nil {
 		return fail(err)
 	}
-	if st.Scaler != nil && t.zero != nil {
-		t.zero.RestoreScaler(*st.Scaler)
+	if st.Scaler != nil {
+		t.scaler().RestoreScaler(*st.Scaler)
 	}
 	t.step, t.adam().Step = st.Step, st.AdamStep
 	p := t.spec.Parallel
@@ -268,7 +268,7 @@ func (t *Trainer) SaveCheckpoint() (string, error) {
 	dir := t.spec.Checkpoint.Dir
 	st := rankState{Step: t.step, AdamStep: t.adam().Step, Sampler: t.sampler.State()}
 	if t.spec.Precision == "fp16" {
-		sc := t.zero.Scaler()
+		sc := t.scaler().Scaler()
 		st.Scaler = &sc
 	}
 	state, err := json.Marshal(st)

@@ -59,7 +59,7 @@ func (t *Trainer) diverged(r Record) error {
 		add("validation loss", float64(*r.ValLoss))
 	}
 	if t.spec.Precision == "fp16" && len(what) > 0 && r.ValLoss == nil {
-		what = append(what, fmt.Sprintf("an fp16 overflow that the loss scale (%g, its least) cannot absorb", t.zero.LossScale()))
+		what = append(what, fmt.Sprintf("an fp16 overflow that the loss scale (%g, its least) cannot absorb", t.scaler().LossScale()))
 	}
 	return t.divergedError(r.Step, strings.Join(what, ", "))
 }

@@ -64,11 +64,46 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 	if err := g.stage.LoadFull(flat); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	dc := zero.DistConfig{Stage: p.ZeroStage, Optim: spec.Optim}
+	dc, err := spec.distConfig()
+	if err != nil {
+		return err
+	}
 	if g.opt, err = zero.NewDist(dc, gs, zero.StageTensors(g.stage), g.stage.Params, g.stage.Grads); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	return t.buildData(grid)
+}
+
+// distConfig is the distributed optimizer's setup: the ZeRO stage, and the
+// precision, gradient type and loss scaling as the data-parallel engine
+// reads them (ZeroConfig), so that both paths take the same keys alike.
+func (s Spec) distConfig() (zero.DistConfig, error) {
+	zc, err := s.ZeroConfig()
+	if err != nil {
+		return zero.DistConfig{}, err
+	}
+	return zero.DistConfig{Stage: zc.Stage, Params: zc.Params, Grads: zc.Grads, Scaler: zc.Scaler, Optim: zc.Optim}, nil
+}
+
+// lossScaler is the rank's fp16 loss scaling, the data-parallel engine's
+// or the distributed optimizer's: both are zero's scaler.
+type lossScaler interface {
+	LossScale() float64
+	Scaler() zero.ScalerState
+	RestoreScaler(zero.ScalerState)
+}
+
+// scaler is the rank's loss scaler: the distributed optimizer's under
+// tensor and pipeline parallelism, else the engine's; nil before either
+// is built.
+func (t *Trainer) scaler() lossScaler {
+	switch {
+	case t.grid != nil && t.grid.opt != nil:
+		return t.grid.opt
+	case t.zero != nil:
+		return t.zero
+	}
+	return nil
 }
 
 // batch is the stage's source of micro-batches: those the step drew.
@@ -141,7 +176,7 @@ func (t *Trainer) gridStep() (o stepOutcome, err error) {
 		}
 	}
 	ctx := t.ctx()
-	sum, err := g.run(ctx, accum, 1/float32(accum))
+	sum, err := g.run(ctx, accum, float32(g.opt.LossScale())/float32(accum))
 	if err != nil {
 		return o, err
 	}
@@ -159,8 +194,7 @@ func (t *Trainer) gridStep() (o stepOutcome, err error) {
 	if finite(float64(o.loss)) {
 		o.res, err = g.opt.Step(ctx, o.lr)
 	} else {
-		clear(g.stage.Grads)
-		o.res = zero.StepResult{Norm: math.NaN(), NonFinite: true}
+		o.res = g.opt.Overflow()
 	}
 	if err != nil {
 		return o, err
@@ -224,11 +258,13 @@ func (t *Trainer) gridEvaluate() (float32, error) {
 }
 
 // nonFinite counts the values of the stage's parameters and optimizer
-// state that are NaN or infinite.
+// state (the fp32 masters of mixed precision included) that are NaN or
+// infinite. The parameters count apart from the masters because fp16
+// overflows where fp32 does not.
 func (g *gridRank) nonFinite() int {
 	n := 0
 	opt := g.opt.Optimizer()
-	for _, s := range [][]float32{g.stage.Params, opt.M, opt.V} {
+	for _, s := range [][]float32{g.stage.Params, g.opt.Masters(), opt.M, opt.V} {
 		for _, v := range s {
 			if f := float64(v); f != f || math.IsInf(f, 0) {
 				n++
@@ -239,11 +275,15 @@ func (g *gridRank) nonFinite() int {
 }
 
 // memory is what the rank holds: its parts of the parameters and their
-// gradients, and the Adam moments it owns. The stage's activations are
-// not counted yet (model.Stage does not report them).
+// gradients (float32 in every precision: bf16/fp16 parameters are float32
+// values rounded to the type), the Adam moments it owns and, in mixed
+// precision, their fp32 master weights, and the 16-bit buffer gradients
+// travel in when parallel.grad_dtype is the precision. The stage's
+// activations are not counted yet (model.Stage does not report them).
 func (g *gridRank) memory() MemoryUse {
 	u := MemoryUse{Params: 4 * int64(len(g.stage.Params)), Grads: 4 * int64(len(g.stage.Grads)), Optimizer: g.opt.OptimizerBytes()}
-	u.Total = u.Params + u.Grads + u.Optimizer
+	u.Buffers = g.opt.BufferBytes()
+	u.Total = u.Params + u.Grads + u.Optimizer + u.Buffers
 	return u
 }
 

@@ -12,7 +12,9 @@ import (
 
 // The checkpoint of a tensor- and pipeline-parallel rank holds its parts
 // of the full Hugging Face tensors (ckpt.WriteParts), so that any layout
-// can resume it: the parameters under their own names, the Adam moments
+// can resume it: the parameters under their own names (the fp32 master
+// weights in mixed precision, as the data-parallel path saves them, so
+// that bf16 and fp16 runs reshard as fp32 ones do), the Adam moments
 // as parts of the same tensors under zero's optimizer names. Each element
 // is saved once: the DP replicas of a shard split it as ZeRO-1 owns it
 // (comm.Block of the flat shard), a tensor replicated over TP is saved by
@@ -44,7 +46,7 @@ func (g *gridRank) parts() []ckpt.PartTensor {
 		prefix string
 		data   func(a, b int) []float32
 	}{
-		{"", func(a, b int) []float32 { return g.stage.Params[a:b] }},
+		{"", func(a, b int) []float32 { return g.opt.Masters()[a-olo : b-olo] }},
 		{zero.ExpAvgPrefix, func(a, b int) []float32 { return opt.M[a-olo : b-olo] }},
 		{zero.ExpAvgSqPrefix, func(a, b int) []float32 { return opt.V[a-olo : b-olo] }},
 	}
@@ -64,8 +66,19 @@ func (g *gridRank) parts() []ckpt.PartTensor {
 
 // load fills the stage's parameters and the moments the rank owns from c,
 // whatever layout wrote it: each tensor's part is assembled from the
-// shards that hold it (ckpt's ReadPart and ReadPartRange).
+// shards that hold it (ckpt's ReadPart and ReadPartRange). The saved
+// values are fp32 masters: in mixed precision the optimizer keeps those it
+// owns and rounds the parameters (DistOptimizer.Reload).
 func (g *gridRank) load(c *ckpt.Checkpoint) error {
+	if err := g.loadParts(c); err != nil {
+		return err
+	}
+	g.opt.Reload()
+	return nil
+}
+
+// loadParts is load's reading of every tensor the rank holds.
+func (g *gridRank) loadParts(c *ckpt.Checkpoint) error {
 	olo, ohi := g.opt.Owned()
 	opt := g.opt.Optimizer()
 	for _, p := range g.stage.Shards() {

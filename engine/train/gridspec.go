@@ -50,8 +50,6 @@ func (s Spec) validateGrid(c model.Config) error {
 	}
 	layout := fmt.Sprintf("parallel.tp %d × parallel.pp %d", tp, pp)
 	switch n := s.Batch.MicroBatch * s.SeqLen(c); {
-	case s.Precision != "" && s.Precision != "fp32":
-		return fmt.Errorf("job: precision %s with %s: tensor and pipeline parallelism train in fp32 only for now: set precision to fp32, or train %s with data parallelism and ZeRO (parallel.tp and parallel.pp 1)", s.Precision, layout, s.Precision)
 	case p.ZeroStage > 1:
 		return fmt.Errorf("job: parallel.zero_stage %d with %s: ZeRO stages 2 and 3 do not combine with tensor or pipeline parallelism (DeepSpeed refuses them with pipeline parallelism too): set parallel.zero_stage to 1, Megatron-LM's distributed optimizer", p.ZeroStage, layout)
 	case s.Recompute != "" && s.Recompute != string(model.RecomputeNone):

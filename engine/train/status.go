@@ -174,7 +174,7 @@ func (t *Trainer) record(step int, o stepOutcome, elapsed time.Duration, tokens 
 		Memory:     t.Memory(),
 	}
 	if t.spec.Precision == "fp16" {
-		r.LossScale = t.zero.LossScale()
+		r.LossScale = t.scaler().LossScale()
 	}
 	if t.grid != nil {
 		c := t.grid.groups.Coord

@@ -458,10 +458,10 @@ func (t *Trainer) describeLayout() string {
 
 // skipped is the steps skipped for fp16 overflow (none without fp16).
 func (t *Trainer) skipped() int {
-	if t.zero == nil {
-		return 0
+	if s := t.scaler(); s != nil {
+		return s.Scaler().Skipped
 	}
-	return t.zero.Scaler().Skipped
+	return 0
 }
 
 // logf writes a progress line; only rank 0 speaks for the job.
