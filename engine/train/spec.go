@@ -75,7 +75,8 @@ type EvalSpec struct {
 // fastest), the ZeRO stage, and how gradients travel. With tp = pp = 1 the
 // engine runs data parallelism and ZeRO 0–3 in any precision; with tp·pp >
 // 1, Megatron-LM's tensor and pipeline parallelism (1F1B over grad_accum
-// micro-batches) with ZeRO 0 or 1, in fp32.
+// micro-batches) with ZeRO 0 or 1, in any precision (bf16/fp16 as fp32
+// values rounded to the type, with fp32 masters: zero.DistConfig).
 type Parallel struct {
 	DP        int `json:"dp" mapstructure:"dp"` // data-parallel replicas; 0 means every rank of the run over tp × pp
 	TP        int `json:"tp" mapstructure:"tp"`
