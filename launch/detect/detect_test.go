@@ -166,3 +166,26 @@ func TestNoDriver(t *testing.T) {
 		t.Errorf("CPU = %+v: the rest of the host is still detected", h.CPU)
 	}
 }
+
+// TestWriteMatrix: the PCIe box's matrix as nvidia-smi topo -m prints it.
+func TestWriteMatrix(t *testing.T) {
+	h := detect(context.Background(), fixture(t, "pcie-4gpu.txtar"), pcie4().scan())
+	var b strings.Builder
+	if err := WriteMatrix(&b, h); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	want := []string{
+		"\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity",
+		"GPU0\t X\t PIX\t SYS\t SYS\t0-3\t\t0",
+		"GPU3\t SYS\t SYS\t PIX\t X\t4-7\t\t1",
+	}
+	if len(lines) < 5 || lines[0] != want[0] || lines[1] != want[1] || lines[4] != want[2] || !strings.Contains(b.String(), "NV#  = Connection traversing a bonded set of # NVLinks") {
+		t.Errorf("matrix:\n%s\nwant lines\n%s", b.String(), strings.Join(want, "\n"))
+	}
+	b.Reset()
+	if err := Describe(&b, h, "  "); err != nil || !strings.Contains(b.String(), "  gpu 2: NVIDIA L40S, 45.0 GiB, PCIe, numa 1\n") ||
+		!strings.Contains(b.String(), "  nic ens1f0: roce mlx5_0, up, 100 Gb/s, numa 0\n") {
+		t.Errorf("Describe:\n%s", b.String())
+	}
+}

@@ -91,3 +91,19 @@ func TestCPUMax(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatList: FormatList writes what ParseList reads back.
+func TestFormatList(t *testing.T) {
+	for in, want := range map[string]string{"0-3,8-11": "0-3,8-11", "0,2,4": "0,2,4", "": "", "5,6,1": "5-6,1", "0-7:2": "0,2,4,6"} {
+		ids, err := ParseList(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := FormatList(ids); got != want {
+			t.Errorf("FormatList(%v) = %q, want %q", ids, got, want)
+		}
+		if back, _ := ParseList(FormatList(ids)); !slices.Equal(back, ids) {
+			t.Errorf("ParseList(FormatList(%v)) = %v", ids, back)
+		}
+	}
+}
