@@ -57,7 +57,8 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 	}
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	tpg := tensorpar.NewGroup(gs.TP, backend.CPU{Threads: spec.threads(env)}, p.SP())
-	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Batch: g.batch})
+	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Batch: g.batch,
+		Recompute: model.Recompute(spec.Recompute)})
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -278,12 +279,13 @@ func (g *gridRank) nonFinite() int {
 // gradients (float32 in every precision: bf16/fp16 parameters are float32
 // values rounded to the type), the Adam moments it owns and, in mixed
 // precision, their fp32 master weights, and the 16-bit buffer gradients
-// travel in when parallel.grad_dtype is the precision. The stage's
-// activations are not counted yet (model.Stage does not report them).
+// travel in when parallel.grad_dtype is the precision, and the
+// activations its stage holds (model.Stage.ActivationBytes).
 func (g *gridRank) memory() MemoryUse {
 	u := MemoryUse{Params: 4 * int64(len(g.stage.Params)), Grads: 4 * int64(len(g.stage.Grads)), Optimizer: g.opt.OptimizerBytes()}
 	u.Buffers = g.opt.BufferBytes()
-	u.Total = u.Params + u.Grads + u.Optimizer + u.Buffers
+	u.Activations = g.stage.ActivationBytes()
+	u.Total = u.Params + u.Grads + u.Optimizer + u.Activations + u.Buffers
 	return u
 }
 

@@ -52,8 +52,6 @@ func (s Spec) validateGrid(c model.Config) error {
 	switch n := s.Batch.MicroBatch * s.SeqLen(c); {
 	case p.ZeroStage > 1:
 		return fmt.Errorf("job: parallel.zero_stage %d with %s: ZeRO stages 2 and 3 do not combine with tensor or pipeline parallelism (DeepSpeed refuses them with pipeline parallelism too): set parallel.zero_stage to 1, Megatron-LM's distributed optimizer", p.ZeroStage, layout)
-	case s.Recompute != "" && s.Recompute != string(model.RecomputeNone):
-		return fmt.Errorf("job: recompute %s with %s: activation recomputation is not built for tensor and pipeline parallelism yet: set recompute to none (a higher parallel.pp or a lower batch.micro_batch also saves activation memory)", s.Recompute, layout)
 	case p.SP() && n%tp != 0:
 		return fmt.Errorf("job: batch.micro_batch %d × batch.seq %d = %d tokens do not divide over parallel.tp %d, as sequence parallelism needs: choose a micro-batch or seq that makes them divide, or set parallel.sequence_parallel to false", s.Batch.MicroBatch, s.SeqLen(c), n, tp)
 	}

@@ -62,7 +62,11 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 		Init:        4 * float64(cfg.NumParams()),
 	}
 	if mp := spec.Parallel.ModelParallel(); mp > 1 {
+		grid := planner.Grid{TP: spec.Parallel.TP, PP: spec.Parallel.PP, DP: max(spec.Parallel.DP, 1)}
 		m = gridEstimate(m, spec, zc, rank)
+		if m.Activations, err = gridActivations(spec, grid.Coord(rank), be.AttentionScratch(T)); err != nil {
+			return MemoryEstimate{}, err
+		}
 	}
 	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
 		m.Data = 2 * float64(spec.Data.Synthetic+max(spec.Data.Synthetic/10, spec.Batch.Seq+2))
@@ -70,15 +74,11 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 	return m, nil
 }
 
-// gridEstimate is the estimate m of a rank under tensor and pipeline
-// parallelism: the model states of its DP group's ZeRO partition of one
-// replica's 1/(tp·pp) (the tied embedding's second copy and the TP-
-// replicated tensors make a stage's share a little larger: a small
-// underestimate), no buffers (the distributed optimizer reduces in
-// place). Activations stay the whole model's for one micro-batch: the
-// first stage keeps up to pp micro-batches of its layers/pp layers, and
-// sequence parallelism divides most of them by tp, so this is an upper
-// estimate.
+// gridEstimate is the model states of a rank under tensor and pipeline
+// parallelism: its DP group's ZeRO partition of one replica's 1/(tp·pp)
+// (the tied embedding's second copy and the TP-replicated tensors make a
+// stage's share a little larger: a small underestimate), no buffers (the
+// distributed optimizer reduces in place). gridActivations is the rest.
 func gridEstimate(m MemoryEstimate, spec Spec, zc zero.Config, rank int) MemoryEstimate {
 	p := spec.Parallel
 	grid := planner.Grid{TP: p.TP, PP: p.PP, DP: max(p.DP, 1)}
@@ -86,6 +86,60 @@ func gridEstimate(m MemoryEstimate, spec Spec, zc zero.Config, rank int) MemoryE
 	share := float64(p.ModelParallel())
 	m.Params, m.Grads, m.Optimizer, m.Buffers = float64(z.Params)/share, float64(z.Grads)/share, float64(z.Optimizer)/share, 0
 	return m
+}
+
+// gridActivations is what the model.Stage of the rank at c allocates for
+// activations (model.StageActivationUseOf, the count of the code that
+// allocates them): its sets for the micro-batches 1F1B keeps in flight
+// there, the working set and scratch.
+func gridActivations(spec Spec, c planner.Coord, attScratch int) (float64, error) {
+	p := spec.Parallel
+	split, err := spec.ppSplit()
+	if err != nil {
+		return 0, fmt.Errorf("train: %w", err)
+	}
+	u, err := model.StageActivationUseOf(model.StageShape{Config: spec.Model.Config, B: spec.Batch.MicroBatch, T: spec.Batch.Seq,
+		TP: p.TP, TPRank: c.TP, SequenceParallel: p.SP(), Split: split, Stage: c.PP,
+		Recompute: model.Recompute(spec.Recompute), InFlight: gridInFlight(spec, c.PP)}, attScratch)
+	if err != nil {
+		return 0, fmt.Errorf("train: %w", err)
+	}
+	return float64(u.Total()), nil
+}
+
+// gridInFlight is the most micro-batches whose activations stage keeps at
+// once, which its Stage allocates sets for and keeps: 1F1B's min(pp −
+// stage, m) over the schedules the trainer runs, training's m = grad_accum
+// and evaluation's of up to evalChunk validation batches.
+func gridInFlight(spec Spec, stage int) int {
+	m := spec.Batch.GradAccum
+	if spec.Eval.Every > 0 {
+		m = max(m, min(evalChunk, spec.Eval.Batches))
+	}
+	return min(spec.Parallel.PP-stage, m)
+}
+
+// hostEstimate is what fitsHost counts for each of a host's local ranks:
+// rank's estimate, but under tensor and pipeline parallelism with the
+// activations of the busiest stage, since the host's other ranks hold
+// other stages (the first keeps the most micro-batches in flight, the last
+// the logits). TP rank 0 holds the largest parts (comm.Block gives the
+// first ranks the remainder), so it speaks for each stage.
+func hostEstimate(spec Spec, world, rank, local int) (MemoryEstimate, error) {
+	m, err := EstimateMemory(spec, world, rank, local)
+	if err != nil || spec.Parallel.ModelParallel() == 1 {
+		return m, err
+	}
+	T := spec.Batch.Seq
+	scratch := backend.CPU{Threads: spec.threads(Env{LocalWorld: local})}.AttentionScratch(T)
+	for stage := range spec.Parallel.PP {
+		a, err := gridActivations(spec, planner.Coord{PP: stage}, scratch)
+		if err != nil {
+			return m, err
+		}
+		m.Activations = max(m.Activations, a)
+	}
+	return m, nil
 }
 
 // HostCapacity is the most memory the ranks of a job on this host can hold
@@ -190,7 +244,7 @@ func CheckMemory(spec Spec, world int) error {
 // host, and refusing on it would make a job's start a matter of luck.
 func fitsHost(spec Spec, world, rank, local int) (warning string, err error) {
 	local = max(local, 1)
-	need, err := EstimateMemory(spec, world, rank, local)
+	need, err := hostEstimate(spec, world, rank, local)
 	if err != nil {
 		return "", err // the same error as building it would give, before anything is allocated
 	}
