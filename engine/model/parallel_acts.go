@@ -269,7 +269,13 @@ func stageDimsOf(cfg Config, n, rows, rank, tp, stage, stages, layers int) (stag
 		return d, fmt.Errorf("model: stage: tp rank %d of %d: want a rank in range and a tp that divides the %d heads", rank, tp, cfg.Heads)
 	}
 	d.nh = cfg.Heads / tp
-	ps := cfg.Params()
+	// The three tensors as Config.Params names and shapes them, without
+	// listing every tensor: a memory check sizes each stage of a deep
+	// pipeline.
+	C := cfg.Embd
+	wte := Param{Name: "transformer.wte.weight", Shape: []int{cfg.Vocab, C}}
+	qkvb := Param{Name: "transformer.h.0.attn.c_attn.bias", Shape: []int{3 * C}}
+	fcb := Param{Name: "transformer.h.0.mlp.c_fc.bias", Shape: []int{4 * C}}
 	width := func(p Param) (int, error) {
 		shape, err := tensorpar.Part{Split: tensorpar.SplitOf(p.Name), Rank: rank, Size: tp, Heads: cfg.Heads}.Shape(p.Shape)
 		if err != nil {
@@ -279,11 +285,10 @@ func stageDimsOf(cfg Config, n, rows, rank, tp, stage, stages, layers int) (stag
 	}
 	var err error
 	if d.isFirst || d.isLast {
-		if d.vs, err = width(ps[0]); err != nil { // wte: this rank's vocabulary rows
+		if d.vs, err = width(wte); err != nil { // this rank's vocabulary rows
 			return d, err
 		}
 	}
-	qkvb, fcb := ps[2+3], ps[2+9] // block 0's attn.c_attn.bias and mlp.c_fc.bias: every block's widths
 	if d.cw, err = width(qkvb); err != nil {
 		return d, err
 	}

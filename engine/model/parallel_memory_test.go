@@ -178,3 +178,22 @@ func TestStageActivationUseOfRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestStageDimsNameTheParams: stageDimsOf cuts the tensors Config.Params
+// names, with their shapes (it builds the three it needs itself).
+func TestStageDimsNameTheParams(t *testing.T) {
+	ps := parCfg.Params()
+	byName := map[string][]int{}
+	for _, p := range ps {
+		byName[p.Name] = p.Shape
+	}
+	for name, shape := range map[string][]int{
+		"transformer.wte.weight":           {parCfg.Vocab, parCfg.Embd},
+		"transformer.h.0.attn.c_attn.bias": {3 * parCfg.Embd},
+		"transformer.h.0.mlp.c_fc.bias":    {4 * parCfg.Embd},
+	} {
+		if !reflect.DeepEqual(byName[name], shape) {
+			t.Errorf("%s: Config.Params shape %v, stageDimsOf's %v", name, byName[name], shape)
+		}
+	}
+}
