@@ -257,21 +257,3 @@ func (x actShape) headActivations(vocab int) float64 {
 	}
 	return (norm + 4*float64(vocab)/x.t) * x.s * x.b
 }
-
-// StageActivations is the activation memory Evaluate charges a rank of
-// pipeline stage i of layout l for problem pr: its layers' activations
-// for each micro-batch 1F1B keeps in flight there, the head on the last
-// stage, and recomputation's working set. A framework whose stages keep
-// the same tensors (engine/model.Stage) is held to it per rank.
-func StageActivations(pr Problem, l Layout, i int) (float64, error) {
-	if err := l.Validate(); err != nil {
-		return 0, err
-	}
-	if i < 0 || i >= l.PP {
-		return 0, fmt.Errorf("planner: stage %d: out of range for pp %d", i, l.PP)
-	}
-	m := max(1, pr.GlobalBatch/(l.DP*l.MicroBatch))
-	ev := newEvaluation(pr, l, m)
-	mem, _ := ev.stageMemory(stageOf(pr.Model, i, l.PP, l.TP))
-	return mem.Activations, nil
-}

@@ -17,19 +17,22 @@ import (
 func stageProblem(sp bool) planner.Problem {
 	opts := planner.DefaultOptions()
 	opts.Activations, opts.SequenceParallel = engineStorage, sp
-	return planner.Problem{Model: plannerShape(parCfg, parT), GlobalBatch: parB * parMicros, Precision: planner.FP32, Options: opts}
+	top := planner.Topology{Nodes: 1, GPUsPerNode: 4, GPU: planner.GPU{Name: "x", MemoryBytes: 1 << 40, PeakFLOPS: 1e12, PeakFP32FLOPS: 1e12},
+		Intra: planner.Link{Kind: "shm", GbitPerS: 80}, Inter: planner.Link{Kind: "eth", GbitPerS: 10}}
+	return planner.Problem{Model: plannerShape(parCfg, parT), Topology: top, GlobalBatch: parB * parMicros, Precision: planner.FP32, Options: opts}
 }
 
 // TestStageActivationsMatchPlanner: after a 1F1B step, every rank of every
 // layout of tp·pp ≤ 4 (dp 1), with and without sequence parallelism, in
 // each recomputation mode, holds in its activation sets and working set
-// exactly what the planner charges that rank (planner.StageActivations:
-// its layers × the micro-batches 1F1B keeps in flight there, the head on
-// the last stage, the working set), but for one term the planner cannot
-// count exactly: the logits of this rank's vocabulary range, which the
-// planner takes as V/t rows where comm.Block gives a rank ⌊V/t⌋ or ⌈V/t⌉
-// (parCfg's vocabulary of 37 is uneven over tp 2 and 4). The difference
-// is exactly 4 bytes × tokens × that rounding, and nothing else.
+// exactly what the planner charges that rank (planner.RankMemory's
+// activations: its layers × the micro-batches 1F1B keeps in flight there,
+// the head on the last stage, the working set), but for one term the
+// planner cannot count exactly: the logits of this rank's vocabulary
+// range, which the planner takes as V/t rows where comm.Block gives a rank
+// ⌊V/t⌋ or ⌈V/t⌉ (parCfg's vocabulary of 37 is uneven over tp 2 and 4).
+// The difference is exactly 4 bytes × tokens × that rounding, and nothing
+// else.
 // ActivationUse.Other is the rest, which the planner leaves to its
 // margin, in closed form (stageOtherBytes); and the arrays the stage
 // holds are what it counts (checkHeld).
@@ -65,10 +68,11 @@ func TestStageActivationsMatchPlanner(t *testing.T) {
 func checkStagePlanned(t *testing.T, r int, k *parRank, pr planner.Problem, l planner.Layout) {
 	t.Helper()
 	s, c := k.stage, k.gs.Coord
-	want, err := planner.StageActivations(pr, l, c.PP)
+	mem, err := planner.RankMemory(pr, l, planner.Coord{PP: c.PP, TP: c.TP})
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := mem.Activations
 	if s.dims.isLast { // the planner's V/t rows of logits, the rank's comm.Block
 		lo, hi := comm.Block(parCfg.Vocab, c.TP, l.TP)
 		want += 4 * float64(parB*parT) * (float64(hi-lo) - float64(parCfg.Vocab)/float64(l.TP))
