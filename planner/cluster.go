@@ -112,23 +112,66 @@ func shapeOf(path string, hosts []hostfiles.Host) (nodes, gpn int, err error) {
 	return len(hosts), hosts[0].Slots, nil
 }
 
-// Nominal figures for a CPU rank of the built-in engine: its "device" is
-// its share of the host. The FLOP/s only scale the predicted step time (the
-// engine's float32 GEMM reaches about this per core with AVX2/AVX-512,
-// docs/benchmarks.md); memory decides what fits.
-const (
-	cpuFLOPSPerCore = 50e9
-	shmGbitPerS     = 80 // shared-memory rings between ranks of a host, ~10 GB/s
-	tcpGbitPerS     = 10 // between hosts: a plain 10 GbE network is assumed
-)
+// CPUSpeed is how fast one core of a host runs the built-in engine,
+// measured on the engine's own kernels and transports: what CPUTopology
+// turns into planner devices. Every figure is an achieved rate, not a data
+// sheet's: Topology divides each by the efficiency the cost model applies
+// to it, so that the model gives back the measured rate.
+type CPUSpeed struct {
+	// GEMMFLOPSPerCore is the float32 FLOP/s of one thread of the engine's
+	// matrix multiply on a transformer layer's weight multiplies.
+	GEMMFLOPSPerCore float64 `json:"gemm_flops_per_core"`
+	// KernelBytesPerSecPerCore is the rate at which one thread of the
+	// engine's memory-bound kernels (LayerNorm, GELU, bias and residual
+	// adds and their gradients) gets through the bytes the cost model
+	// charges for them (LayerKernelBytes). The engine's kernels are not
+	// fused as Megatron-LM's are, so this is below the memory's bandwidth.
+	KernelBytesPerSecPerCore float64 `json:"kernel_bytes_per_s_per_core"`
+	// SHMBytesPerSec is the bus bandwidth of the engine's all-reduce over
+	// shared memory between the ranks of a host; TCPBytesPerSec over TCP
+	// (loopback: the engine's side of a link between hosts).
+	SHMBytesPerSec float64 `json:"shm_bytes_per_s"`
+	TCPBytesPerSec float64 `json:"tcp_bytes_per_s"`
+}
+
+// DefaultCPUSpeed is the project's 2-core AMD EPYC (Zen 5, AVX-512) machine,
+// medians of quiet runs (docs/benchmarks.md, "3D layouts of the small
+// preset"). GEMM and kernels: `go test -run TestMeasureCPU -v
+// ./engine/train` (engine/train.MeasureCPU); links: the all-reduce bus
+// bandwidth of `gtrain bench collectives --max-bytes 64M` from 1 MiB up,
+// with --env GTRAIN_COMM_NO_SHM=1 for TCP.
+var DefaultCPUSpeed = CPUSpeed{
+	GEMMFLOPSPerCore:         230e9,
+	KernelBytesPerSecPerCore: 8e9,
+	SHMBytesPerSec:           12e9,
+	TCPBytesPerSec:           1.6e9,
+}
+
+// cpuGEMMHalf is the engine's matrix multiply's saturation dimension (see
+// GPU.GEMMHalf): its micro-kernel's tiles are 12×32 (AVX-512), so a
+// dimension of 64, a head's width, still reaches 0.9–0.97 of the rate of a
+// layer's multiplies (BenchmarkSgemm: 227 GFLOP/s for the scores of T =
+// 256 against 235 for the projection, docs/benchmarks.md); 4 gives 0.94.
+// A GPU's 128 would charge the attention three times its time.
+const cpuGEMMHalf = 4
+
+// networkBytesPerSec is the network assumed between hosts, 10 GbE: the
+// engine's TCP reaches more than that on loopback, so the network bounds it.
+const networkBytesPerSec = 10e9 / 8
 
 // CPUTopology describes the ranks of a built-in-engine run as planner
-// devices, ranksPerHost[i] being host i's ranks: each rank gets its host's
-// memory and cores divided by the host's ranks (every host is assumed to
-// be like this one, with memTotal bytes and cpus cores). Hosts with unequal
-// rank counts become one rank per "node", which charges every rank the
-// network: conservative.
+// devices with DefaultCPUSpeed (see CPUSpeed.Topology).
 func CPUTopology(ranksPerHost []int, memTotal int64, cpus int) Topology {
+	return DefaultCPUSpeed.Topology(ranksPerHost, memTotal, cpus)
+}
+
+// Topology describes the ranks of a built-in-engine run as planner
+// devices, ranksPerHost[i] being host i's ranks: each rank gets its host's
+// memory divided by the host's ranks and the cores its threads run on
+// (every host is assumed to be like this one, with memTotal bytes and cpus
+// cores, and as fast as s). Hosts with unequal rank counts become one rank
+// per "node", which charges every rank the network: conservative.
+func (s CPUSpeed) Topology(ranksPerHost []int, memTotal int64, cpus int) Topology {
 	world, per := 0, 0
 	equal := true
 	for _, k := range ranksPerHost {
@@ -137,13 +180,42 @@ func CPUTopology(ranksPerHost []int, memTotal int64, cpus int) Topology {
 		per = max(per, k)
 	}
 	per = max(per, 1)
+	cores := rankCores(cpus, per)
+	o := DefaultOptions()
 	dev := GPU{Name: "cpu-rank", MemoryBytes: memTotal / int64(per),
-		PeakFLOPS: float64(max(cpus/per, 1)) * cpuFLOPSPerCore}
+		PeakFLOPS:         cores * s.GEMMFLOPSPerCore / o.Efficiency,
+		MemoryBytesPerSec: cores * s.KernelBytesPerSecPerCore / memoryEfficiency, GEMMHalf: cpuGEMMHalf}
 	dev.PeakFP32FLOPS = dev.PeakFLOPS
 	top := Topology{Nodes: len(ranksPerHost), GPUsPerNode: per, GPU: dev,
-		Intra: Link{Kind: "shm", GbitPerS: shmGbitPerS}, Inter: Link{Kind: "eth", GbitPerS: tcpGbitPerS}}
+		Intra: Link{Kind: "shm", GbitPerS: gbit(s.SHMBytesPerSec / o.CommEfficiency)},
+		Inter: Link{Kind: "eth", GbitPerS: gbit(min(s.TCPBytesPerSec, networkBytesPerSec) / o.CommEfficiency)}}
 	if !equal {
 		top.Nodes, top.GPUsPerNode = world, 1
 	}
 	return top
+}
+
+// rankCores is the cores one of ranks ranks of a host with cpus cores
+// computes on. The engine gives each rank max(1, cpus/ranks) threads
+// (Spec.threads); with more ranks than cores they share the cores in time,
+// so each gets cpus/ranks of one.
+func rankCores(cpus, ranks int) float64 {
+	cpus, ranks = max(cpus, 1), max(ranks, 1)
+	return min(float64(max(1, cpus/ranks)), float64(cpus)/float64(ranks))
+}
+
+// gbit is bytes/s in Gb/s, as links are given.
+func gbit(bytesPerSec float64) float64 { return bytesPerSec * 8 / 1e9 }
+
+// LayerKernelBytes is the memory-bound traffic the cost model charges one
+// transformer layer of m for a forward and a backward pass of b sequences
+// on one rank (no TP), activations stored as act says, without the
+// attention scores' share (the attention kernel's, which fuses them with
+// its multiplies). Dividing it by the time the engine's own kernels take
+// for that work gives CPUSpeed.KernelBytesPerSecPerCore.
+func LayerKernelBytes(m Model, b int, act ActStorage) float64 {
+	x := newActShape(m, b, 1, false, FP32, act)
+	x.a = 0 // no scores
+	tr := x.layerTraffic(m)
+	return tr.fwd + tr.bwd
 }

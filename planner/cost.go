@@ -125,11 +125,11 @@ func sat(x, x0 float64) float64 { return x / (x + x0) }
 // gemmEfficiency is the fraction of peak a layer's weight multiplies reach
 // together with b sequences per micro-batch and TP degree t: their FLOPs
 // over their time at each one's own rate (gemm.efficiency), for --explain.
-func gemmEfficiency(eff float64, m Model, b, t int) float64 {
+func gemmEfficiency(eff, half float64, m Model, b, t int) float64 {
 	gs := layerGEMMs(m, b, t)
 	var flops float64
 	for _, g := range gs {
 		flops += g.flops()
 	}
-	return flops / gemmTime(eff, 1, gs...)
+	return flops / gemmTime(eff, 1, half, gs...)
 }

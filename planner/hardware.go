@@ -29,6 +29,11 @@ type GPU struct {
 	// optimizer step) run at a fraction of it. 0 means unknown: they are
 	// not charged, and small models are predicted too fast.
 	MemoryBytesPerSec float64 `json:"memory_bytes_per_s,omitempty"`
+	// GEMMHalf is the matrix dimension at which a multiply runs at half its
+	// plateau rate (kernels.go, gemm.efficiency); 0 means a GPU's 128, its
+	// tiles of 128–256 rows and columns filled worse by small dimensions.
+	// A CPU core's register tiles are a few rows wide (CPUTopology).
+	GEMMHalf float64 `json:"gemm_half,omitempty"`
 	// NoBF16 marks GPUs without bfloat16 (V100): bf16 layouts are refused.
 	NoBF16 bool `json:"no_bf16,omitempty"`
 }
@@ -149,6 +154,8 @@ func (t Topology) Validate() error {
 		return errors.New("topology: intra: a node with several GPUs needs a link between them, e.g. nvswitch:2400 (Gb/s)")
 	case t.Nodes > 1 && !(t.Inter.BytesPerSec() > 0):
 		return errors.New("topology: inter: several nodes need a network, e.g. ib:4x200")
+	case !(t.GPU.GEMMHalf >= 0 && t.GPU.GEMMHalf <= 1e6):
+		return fmt.Errorf("topology: gpu %q: gemm_half %g: want 0 (a GPU's) or a matrix dimension up to 1e6", t.GPU.Name, t.GPU.GEMMHalf)
 	case t.Intra.Count < 0 || t.Inter.Count < 0 || math.IsNaN(t.Intra.GbitPerS) || math.IsNaN(t.Inter.GbitPerS):
 		return errors.New("topology: link count and rate must not be negative")
 	}

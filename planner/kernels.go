@@ -21,6 +21,14 @@ const memoryEfficiency = 0.8
 // dimensions.
 const gemmHalf = 128
 
+// gemmHalfOf is g's GEMMHalf, gemmHalf when it has none.
+func gemmHalfOf(g GPU) float64 {
+	if g.GEMMHalf > 0 {
+		return g.GEMMHalf
+	}
+	return gemmHalf
+}
+
 // gemm is count multiplies of an m×k by a k×n matrix: 2·m·k·n FLOPs each.
 type gemm struct{ m, k, n, count float64 }
 
@@ -28,18 +36,20 @@ type gemm struct{ m, k, n, count float64 }
 func (g gemm) flops() float64 { return 2 * g.m * g.k * g.n * g.count }
 
 // efficiency is the fraction of peak g reaches: the plateau eff times
-// sat(m)·sat(k)·sat(n), sat(x) = x/(x + gemmHalf). The product is
-// symmetric in the three dimensions, so a multiply's two backward
-// multiplies (same dimensions, permuted) run at its forward rate.
-func (g gemm) efficiency(eff float64) float64 {
-	return eff * sat(g.m, gemmHalf) * sat(g.k, gemmHalf) * sat(g.n, gemmHalf)
+// sat(m)·sat(k)·sat(n), sat(x) = x/(x + half), half being the device's
+// (gemmHalfOf). The product is symmetric in the three dimensions, so a
+// multiply's two backward multiplies (same dimensions, permuted) run at
+// its forward rate.
+func (g gemm) efficiency(eff, half float64) float64 {
+	return eff * sat(g.m, half) * sat(g.k, half) * sat(g.n, half)
 }
 
-// gemmTime is the time of gs at peak FLOP/s with plateau efficiency eff.
-func gemmTime(eff, peak float64, gs ...gemm) float64 {
+// gemmTime is the time of gs at peak FLOP/s with plateau efficiency eff
+// on a device whose multiplies reach half of it at dimension half.
+func gemmTime(eff, peak, half float64, gs ...gemm) float64 {
 	var sec float64
 	for _, g := range gs {
-		sec += g.flops() / (peak * g.efficiency(eff))
+		sec += g.flops() / (peak * g.efficiency(eff, half))
 	}
 	return sec
 }

@@ -43,15 +43,15 @@ func TestLayerTraffic(t *testing.T) {
 // the same rate whichever dimension is which (its backward multiplies are
 // its dimensions permuted).
 func TestGEMMEfficiency(t *testing.T) {
-	if e := (gemm{1 << 30, 1 << 30, 1 << 30, 1}).efficiency(0.8); !within(e, 0.8, 1e-6) {
+	if e := (gemm{1 << 30, 1 << 30, 1 << 30, 1}).efficiency(0.8, gemmHalf); !within(e, 0.8, 1e-6) {
 		t.Errorf("huge multiply: %.6f of peak, want the plateau 0.8", e)
 	}
-	if e := (gemm{gemmHalf, 1 << 30, 1 << 30, 1}).efficiency(0.8); !within(e, 0.4, 1e-6) {
+	if e := (gemm{gemmHalf, 1 << 30, 1 << 30, 1}).efficiency(0.8, gemmHalf); !within(e, 0.4, 1e-6) {
 		t.Errorf("one dimension of %d: %.6f of peak, want half the plateau", gemmHalf, e)
 	}
 	a, b := gemm{2048, 96, 2048, 24}, gemm{96, 2048, 2048, 24}
-	if !within(a.efficiency(0.8), b.efficiency(0.8), 1e-12) || a.flops() != b.flops() {
-		t.Errorf("permuted dimensions: %g and %g of peak", a.efficiency(0.8), b.efficiency(0.8))
+	if !within(a.efficiency(0.8, gemmHalf), b.efficiency(0.8, gemmHalf), 1e-12) || a.flops() != b.flops() {
+		t.Errorf("permuted dimensions: %g and %g of peak", a.efficiency(0.8, gemmHalf), b.efficiency(0.8, gemmHalf))
 	}
 }
 

@@ -43,7 +43,7 @@ func FuzzParseCount(f *testing.F) {
 
 func TestCPUTopology(t *testing.T) {
 	top := CPUTopology([]int{2, 2}, 16<<30, 8)
-	if top.Nodes != 2 || top.GPUsPerNode != 2 || top.GPU.MemoryBytes != 8<<30 || top.GPU.PeakFLOPS != 4*cpuFLOPSPerCore {
+	if top.Nodes != 2 || top.GPUsPerNode != 2 || top.GPU.MemoryBytes != 8<<30 || top.GPU.PeakFLOPS != 4*DefaultCPUSpeed.GEMMFLOPSPerCore/DefaultOptions().Efficiency {
 		t.Errorf("equal hosts: %+v", top)
 	}
 	// Unequal hosts: one rank per node (every rank pays the network), with

@@ -13,7 +13,7 @@ import "math"
 func (ev *evaluation) time(c *Candidate) {
 	l, pr := ev.l, ev.pr
 	d := &c.Detail
-	d.GEMMEfficiency = gemmEfficiency(pr.Options.Efficiency, pr.Model, l.MicroBatch, l.TP)
+	d.GEMMEfficiency = gemmEfficiency(pr.Options.Efficiency, gemmHalfOf(pr.Topology.GPU), pr.Model, l.MicroBatch, l.TP)
 	var slowest, comp, mem, tp float64
 	for _, st := range ev.stages[:ev.n] {
 		f, mb := ev.stageCompute(st)
@@ -64,13 +64,13 @@ func (ev *evaluation) passes() (weights, core, fwd float64) {
 func (ev *evaluation) stageCompute(st stage) (sec, memBound float64) {
 	m, b, t := ev.pr.Model, ev.l.MicroBatch, ev.l.TP
 	gpu, eff := ev.pr.Topology.GPU, ev.pr.Options.Efficiency
-	peak, bw := gpu.Peak(ev.pr.Precision), gpu.MemoryBytesPerSec*memoryEfficiency
+	peak, bw, half := gpu.Peak(ev.pr.Precision), gpu.MemoryBytesPerSec*memoryEfficiency, gemmHalfOf(gpu)
 	weights, core, fwd := ev.passes()
 	layers := float64(st.layers)
-	sec = layers * (weights*gemmTime(eff, peak, layerGEMMs(m, b, t)...) + core*ev.coreTime(eff, peak, bw))
+	sec = layers * (weights*gemmTime(eff, peak, half, layerGEMMs(m, b, t)...) + core*ev.coreTime(eff, peak, half, bw))
 	last := st.index == ev.l.PP-1
 	if last {
-		sec += 3 * gemmTime(eff, peak, outputGEMM(m, b, t))
+		sec += 3 * gemmTime(eff, peak, half, outputGEMM(m, b, t))
 	}
 	if bw <= 0 {
 		return sec, 0
@@ -91,9 +91,9 @@ func (ev *evaluation) stageCompute(st stage) (sec, memBound float64) {
 // slower of their FLOPs at their rate and their traffic of the a·s² scores
 // at the memory bandwidth (the scores written by Q·Kᵀ, the dropout's
 // output read by the product with V; a roofline). Backward is twice both.
-func (ev *evaluation) coreTime(eff, peak, bw float64) float64 {
+func (ev *evaluation) coreTime(eff, peak, half, bw float64) float64 {
 	m, b, t := ev.pr.Model, ev.l.MicroBatch, ev.l.TP
-	sec := gemmTime(eff, peak, attentionGEMMs(m, b, t)...)
+	sec := gemmTime(eff, peak, half, attentionGEMMs(m, b, t)...)
 	if bw > 0 {
 		scores := ev.x.b * ev.x.a * ev.x.s * ev.x.s / ev.x.t
 		sec = math.Max(sec, 2*ev.x.e*scores/bw)
