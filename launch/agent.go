@@ -56,10 +56,11 @@ type agent struct {
 	events *eventWriter
 	tmpdir string
 
-	startEnv []string  // from the start command, for every rank
-	storeEnv []string  // GTRAIN_STORE_*: how ranks reach the rendezvous store
-	heard    time.Time // when the launcher last sent anything
-	stopped  bool      // a teardown has begun
+	binds    map[int]*Binding // by local rank; nil: ranks start unbound
+	startEnv []string         // from the start command, for every rank
+	storeEnv []string         // GTRAIN_STORE_*: how ranks reach the rendezvous store
+	heard    time.Time        // when the launcher last sent anything
+	stopped  bool             // a teardown has begun
 
 	mu    sync.Mutex
 	ranks []*rankProc
@@ -90,7 +91,13 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 	}
 	cmds := make(chan proto.Command, 4)
 	go readCommands(dec, cmds)
-	facts := hostFacts(version)
+	facts := hostFacts(ctx, version)
+	// Before joining too: a binding the host cannot give (more ranks than
+	// cores under --bind core) must fail the job before any rank starts.
+	if err := a.planBinds(facts.Host); err != nil {
+		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: err.Error()})
+		return err
+	}
 	if a.asg.Rendezvous != nil {
 		if err := a.join(ctx, cmds, facts); err != nil {
 			if errors.Is(err, errStopped) {
@@ -321,7 +328,9 @@ func (a *agent) rankPIDs() map[int]bool {
 	return m
 }
 
-func hostFacts(version string) *proto.HostFacts {
+// hostFacts is what the agent tells the launcher of its host when it
+// joins, the detected hardware included.
+func hostFacts(ctx context.Context, version string) *proto.HostFacts {
 	name, _ := os.Hostname()
 	port, _ := FreePort() // 0 if none: the launcher then picks one itself
 	return &proto.HostFacts{
@@ -332,6 +341,7 @@ func hostFacts(version string) *proto.HostFacts {
 		PID:      os.Getpid(),
 		Version:  version,
 		FreePort: port,
+		Host:     DetectHost(ctx),
 	}
 }
 

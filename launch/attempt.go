@@ -167,6 +167,11 @@ func (a *attempt) joined(ev proto.Event) {
 	if ev.Facts == nil {
 		g.facts = &proto.HostFacts{}
 	}
+	if err := g.facts.Check(); err != nil {
+		notice(a.view, err.Error())
+		g.facts.Host = nil
+	}
+	a.p.SetHostFacts(ev.Node, g.facts.Host)
 	for _, g := range a.agents {
 		if g.facts == nil {
 			return

@@ -36,11 +36,9 @@ const (
 	BindCore BindMode = "core"
 )
 
-// ParseBindMode reads --bind; "" is BindAuto.
+// ParseBindMode reads --bind.
 func ParseBindMode(s string) (BindMode, error) {
 	switch m := BindMode(s); m {
-	case "":
-		return BindAuto, nil
 	case BindAuto, BindNone, BindGPU, BindNUMA, BindCore:
 		return m, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/hostinfo"
 	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
@@ -36,6 +37,12 @@ type JobOptions struct {
 	Env          []string      // KEY=VALUE for every rank (--env, --env-file): part of the contract shown by --dry-run
 	Forward      []string      // KEY=VALUE from the launcher's environment for every rank on every host (ForwardEnv)
 	Getenv       func(string) string
+	// Bind is what each rank is bound to (--bind); "" binds nothing.
+	Bind BindMode
+	// LocalHost detects this machine, so the job shows the binding of the
+	// ranks on it (an agent plans its own host's binding alike at launch);
+	// nil shows none.
+	LocalHost func() *hostinfo.Host
 }
 
 // Job is a job resolved down to every rank and its environment. It is what
@@ -51,8 +58,11 @@ type Job struct {
 	Heartbeat   time.Duration `json:"-"`
 	Dir         string        `json:"dir,omitempty"`
 	Forward     []string      `json:"forward,omitempty"`
+	Bind        BindMode      `json:"bind,omitempty"` // --bind; agents plan it on their hosts
 	Hosts       []Host        `json:"hosts"`
 	Ranks       []Rank        `json:"ranks"`
+
+	facts *joinedFacts // what the agents detected, once they joined
 }
 
 // Host is one node of the job.
@@ -74,6 +84,10 @@ type Rank struct {
 	LocalRank int               `json:"local_rank"`
 	Slot      int               `json:"slot"`
 	Env       map[string]string `json:"env"`
+	// Bind is the binding its agent will apply (Env shows none of it), as
+	// planned now for a rank on this machine; nil elsewhere, where the
+	// host's agent plans it from its hardware at launch.
+	Bind *Binding `json:"bind,omitempty"`
 }
 
 // contractVars are the variables gtrain sets for every rank; --env may not
@@ -106,6 +120,7 @@ func NewJob(o JobOptions) (*Job, error) {
 	p := &Job{
 		RunID: o.RunID, Command: o.Command, MasterAddr: o.MasterAddr, MasterPort: o.MasterPort,
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir, Forward: o.Forward,
+		Bind: o.Bind, facts: &joinedFacts{},
 	}
 	if p.RunID == "" {
 		p.RunID = newRunID()
@@ -131,6 +146,9 @@ func NewJob(o JobOptions) (*Job, error) {
 		}
 	}
 	p.Ranks = p.rankTable(o)
+	if err := p.planLocalBinds(o); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -184,13 +202,14 @@ func (p *Job) environFor(r Rank, h Host, o JobOptions) map[string]string {
 	if _, ok := env["OMP_NUM_THREADS"]; !ok {
 		if v := o.Getenv("OMP_NUM_THREADS"); v != "" {
 			env["OMP_NUM_THREADS"] = v
-		} else if len(h.Slots) > 1 {
+		} else if len(h.Slots) > 1 && !p.bindsCPUs() {
 			env["OMP_NUM_THREADS"] = "1"
 		}
 	}
 	// DeepSpeed's launcher: a hostfile's slots are device ids; every rank of
-	// the node sees the node's selected devices and picks its own by LOCAL_RANK.
-	if _, ok := env["CUDA_VISIBLE_DEVICES"]; !ok && o.FromHostfile {
+	// the node sees the node's selected devices and picks its own by
+	// LOCAL_RANK. Under --bind gpu the agent narrows it to the rank's own.
+	if _, ok := env["CUDA_VISIBLE_DEVICES"]; !ok && o.FromHostfile && p.Bind != BindGPU {
 		env["CUDA_VISIBLE_DEVICES"] = joinInts(h.Slots)
 	}
 	return env
@@ -291,11 +310,11 @@ func (p *Job) Assignment(i, attempt int) *proto.Assignment {
 		V: proto.Version, RunID: p.RunID, Attempt: attempt, Node: h.Node, Host: h.Name,
 		Command: p.Command, Dir: p.Dir, Env: p.Forward, GraceMillis: p.Grace.Milliseconds(),
 		BeatMillis: p.Heartbeat.Milliseconds(), StatusFD: true, ErrorFiles: true, WaitStart: true,
-		LauncherBeats: p.Heartbeat > 0,
+		LauncherBeats: p.Heartbeat > 0, Bind: string(p.Bind),
 	}
 	for _, r := range p.Ranks {
 		if r.Node == h.Node {
-			s.Ranks = append(s.Ranks, proto.RankAssignment{Rank: r.Rank, LocalRank: r.LocalRank, Env: p.RankEnv(r, attempt)})
+			s.Ranks = append(s.Ranks, proto.RankAssignment{Rank: r.Rank, LocalRank: r.LocalRank, Slot: r.Slot, Env: p.RankEnv(r, attempt)})
 		}
 	}
 	return s

@@ -125,7 +125,11 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 	if a.asg.StatusFD {
 		cmd.ExtraFiles = []*os.File{childEnds[2]}
 	}
-	if err := cmd.Start(); err != nil {
+	b := a.binds[rs.LocalRank]
+	if b != nil {
+		cmd.Env = withDefaults(cmd.Env, b.Env)
+	}
+	if err := startBound(cmd, b, func(msg string) { a.rankWarning(rs, msg) }, rp.done); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("start %s: %w", a.asg.Command[0], err)
 	}
@@ -141,6 +145,11 @@ func (a *agent) spawn(rp *rankProc) (*rankIO, error) {
 		go a.readStatus(rp, parentEnds[2], &rio.readers)
 	}
 	return rio, nil
+}
+
+// rankWarning reports a problem of rank rs that does not stop it.
+func (a *agent) rankWarning(rs proto.RankAssignment, msg string) {
+	a.emit(proto.Event{Type: proto.EventError, Rank: rs.Rank, Local: rs.LocalRank, Message: fmt.Sprintf("rank %d: %s", rs.Rank, msg)})
 }
 
 // wait reaps the rank, lets its output drain, and reports its exit.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/hostfiles"
+	"github.com/gtrain/gtrain/internal/hostinfo"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
@@ -35,6 +36,7 @@ type Request struct {
 	EnvFile      string   // --env-file
 	Chdir        string   // the ranks' working directory; "" = the launcher's
 	Getenv       func(string) string
+	Bind         BindMode // --bind: what each rank is bound to; "" = nothing
 
 	// How Execute reaches the hosts and where it reports.
 	SSH            SSHConfig
@@ -151,6 +153,7 @@ func (r *Request) Resolve(ctx context.Context, w Workload) (*Job, error) {
 		MasterAddr: r.MasterAddr, MasterPort: r.MasterPort, RunID: cmp.Or(w.RunID, r.RunID),
 		MaxRestarts: r.MaxRestarts, Grace: r.Grace, Heartbeat: r.Heartbeat,
 		Dir: dir, Env: env, Forward: ForwardEnv(os.Environ()), Getenv: r.Getenv,
+		Bind: r.Bind, LocalHost: func() *hostinfo.Host { return DetectHost(ctx) },
 	})
 }
 

@@ -104,8 +104,38 @@ func printJobText(ctx context.Context, w io.Writer, p *launch.Job) error {
 		for _, k := range keys {
 			fmt.Fprintf(w, "  %s=%s\n", k, r.Env[k])
 		}
+		writeBind(w, p, r)
 	}
 	return nil
+}
+
+// writeBind writes the binding of rank r: planned, on this machine, or
+// left to the agent of its host.
+func writeBind(w io.Writer, p *launch.Job, r launch.Rank) {
+	b := r.Bind
+	switch {
+	case p.Bind == "" || p.Bind == launch.BindNone:
+		return
+	case b == nil:
+		fmt.Fprintf(w, "  bind: %s, planned by the agent of %s from its hardware at launch\n", p.Bind, r.Host)
+		return
+	}
+	fmt.Fprintf(w, "  bind: %s: cpus %s (%d threads)", b.Mode, launch.FormatCPUList(b.CPUs), b.Threads)
+	if b.MemNode >= 0 {
+		fmt.Fprintf(w, ", memory preferred on NUMA node %d", b.MemNode)
+	}
+	if b.GPU >= 0 {
+		fmt.Fprintf(w, ", GPU %d", b.GPU)
+	}
+	fmt.Fprintln(w)
+	keys := make([]string, 0, len(b.Env))
+	for k := range b.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "    %s=%s\n", k, b.Env[k])
+	}
 }
 
 // rankRanges is each node's first and last rank, by node, in one pass over

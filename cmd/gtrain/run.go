@@ -103,6 +103,8 @@ func addRestartFlag(f *pflag.FlagSet, opts *LaunchOptions) {
 // by run and by the commands that launch their own ranks (bench).
 func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
+	opts.Bind = launch.BindAuto
+	f.Var((*bindFlag)(&opts.Bind), "bind", "bind each rank: auto (as mpirun: core for at most 2 ranks per host, else numa), core (its own share of the cores of its GPU's NUMA node), numa (that node's cores, shared), gpu (numa, and CUDA_VISIBLE_DEVICES = its GPU only: for code using cuda:0), none; all but none set OMP_NUM_THREADS and the nearest NIC unless you did")
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "use")
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
@@ -235,4 +237,20 @@ func (o *RunOptions) view(job *launch.Job) status.View {
 		return status.NewTable(o.IO.Out, o.IO.Err, m, multiHost, 250*time.Millisecond)
 	}
 	return status.NewLines(o.IO.Out, o.IO.Err, multiHost)
+}
+
+// bindFlag is --bind, checked as it is parsed.
+type bindFlag launch.BindMode
+
+func (b *bindFlag) String() string { return string(*b) }
+func (b *bindFlag) Type() string   { return "mode" }
+
+// Set reads one of none, gpu, numa, core, auto.
+func (b *bindFlag) Set(s string) error {
+	m, err := launch.ParseBindMode(s)
+	if err != nil {
+		return err
+	}
+	*b = bindFlag(m)
+	return nil
 }

@@ -148,6 +148,7 @@ func (o RankOptions) loadJob(ctx context.Context) (Spec, error) {
 // status pipe. The returned func closes both.
 func envFromEnviron(ctx context.Context, getenv func(string) string) (Env, func(), error) {
 	env := Env{World: 1, LocalWorld: 1}
+	env.CPUs, _ = strconv.Atoi(getenv(rankenv.CPUs)) // set by the agent under --bind; else 0
 	status, err := dist.StatusFile(getenv)
 	if err != nil {
 		return env, nil, fmt.Errorf("worker: %w", err)

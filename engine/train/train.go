@@ -26,6 +26,7 @@ type Env struct {
 	// for a single rank.
 	Comm       *comm.Communicator
 	LocalWorld int       // ranks on this host, to share its cores (0 means 1)
+	CPUs       int       // the CPUs gtrain run --bind gave this rank (GTRAIN_CPUS); 0: unbound
 	Status     io.Writer // JSON status records, one per line; nil for none
 	Log        io.Writer // human-readable progress lines; nil for none
 	Warn       func(string)
@@ -177,11 +178,14 @@ func (t *Trainer) buildData(grid planner.Grid) error {
 	return nil
 }
 
-// threads is the compute goroutines for one rank: the spec's, or this
-// host's cores shared among its ranks.
+// threads is the compute goroutines for one rank: the spec's, or the
+// CPUs it is bound to, or this host's cores shared among its ranks.
 func (s Spec) threads(env Env) int {
 	if s.Threads > 0 {
 		return s.Threads
+	}
+	if env.CPUs > 0 {
+		return min(env.CPUs, MaxThreads)
 	}
 	return max(1, runtime.NumCPU()/max(1, env.LocalWorld))
 }

@@ -16,6 +16,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/gtrain/gtrain/internal/hostinfo"
 )
 
 // Version is the protocol version written in every message's "v" field.
@@ -89,6 +91,10 @@ type Assignment struct {
 	// Rendezvous is where the agent must join, authenticated, before it
 	// reports joined; nil for none.
 	Rendezvous *Rendezvous `json:"rendezvous,omitempty"`
+	// Bind is what to bind each rank to (gtrain run --bind: none, gpu,
+	// numa, core, auto; "" = none): the agent plans it from the host it
+	// detected and applies it as it starts each rank.
+	Bind string `json:"bind,omitempty"`
 }
 
 // Rendezvous tells an agent how to reach the launcher's rendezvous server.
@@ -105,7 +111,8 @@ type Rendezvous struct {
 type RankAssignment struct {
 	Rank      int      `json:"rank"`
 	LocalRank int      `json:"local_rank"`
-	Env       []string `json:"env"` // KEY=VALUE specific to this rank (the torchrun contract)
+	Slot      int      `json:"slot"` // its device slot: the GPU a binding follows
+	Env       []string `json:"env"`  // KEY=VALUE specific to this rank (the torchrun contract)
 }
 
 // Grace returns the grace period as a duration.
@@ -167,6 +174,71 @@ type HostFacts struct {
 	PID      int    `json:"pid"`
 	Version  string `json:"version"`
 	FreePort int    `json:"free_port,omitempty"` // a TCP port free on this host, for MASTER_PORT on node 0
+	// Host is what the agent detected of its host's hardware, so the
+	// launcher knows every host without another SSH round; nil from an
+	// agent that detected nothing.
+	Host *hostinfo.Host `json:"host,omitempty"`
+}
+
+// Bounds of a joined event's host facts: each well above any real host
+// (Linux's NR_CPUS is at most 8192, its NUMA nodes 1024), so that a
+// garbled or hostile line cannot make the launcher plan over millions.
+const (
+	MaxFactCPUs  = 8192
+	MaxFactNUMA  = 1024
+	MaxFactGPUs  = 256
+	MaxFactNICs  = 1024
+	MaxFactNotes = 1024
+)
+
+// Check refuses host facts beyond the bounds above, naming the field.
+func (f *HostFacts) Check() error {
+	h := f.Host
+	if h == nil {
+		return nil
+	}
+	bad := func(what string, n, limit int) error {
+		return fmt.Errorf("proto: host %s: %d %s in its facts, more than %d: refusing them", f.Hostname, n, what, limit)
+	}
+	switch {
+	case len(h.GPUs) > MaxFactGPUs:
+		return bad("GPUs", len(h.GPUs), MaxFactGPUs)
+	case len(h.Matrix) > len(h.GPUs):
+		return bad("GPU matrix rows", len(h.Matrix), len(h.GPUs))
+	case len(h.NUMA) > MaxFactNUMA:
+		return bad("NUMA nodes", len(h.NUMA), MaxFactNUMA)
+	case len(h.NICs) > MaxFactNICs:
+		return bad("NICs", len(h.NICs), MaxFactNICs)
+	case len(h.Problems) > MaxFactNotes:
+		return bad("problems", len(h.Problems), MaxFactNotes)
+	}
+	return checkCPULists(f.Hostname, h)
+}
+
+// checkCPULists bounds every list of CPU numbers in h, and the numbers.
+func checkCPULists(host string, h *hostinfo.Host) error {
+	lists := [][]int{h.CPU.Online, h.Cgroup.CPUSet}
+	lists = append(lists, h.CPU.Siblings...)
+	for _, n := range h.NUMA {
+		lists = append(lists, n.CPUs)
+	}
+	for _, g := range h.GPUs {
+		lists = append(lists, g.CPUs)
+	}
+	if len(lists) > 2*MaxFactCPUs+MaxFactNUMA+MaxFactGPUs {
+		return fmt.Errorf("proto: host %s: %d CPU lists in its facts: refusing them", host, len(lists))
+	}
+	for _, l := range lists {
+		if len(l) > MaxFactCPUs {
+			return fmt.Errorf("proto: host %s: a list of %d CPUs in its facts, more than %d: refusing them", host, len(l), MaxFactCPUs)
+		}
+		for _, c := range l {
+			if c < 0 || c >= MaxFactCPUs {
+				return fmt.Errorf("proto: host %s: CPU %d in its facts: want 0 to %d", host, c, MaxFactCPUs-1)
+			}
+		}
+	}
+	return nil
 }
 
 // Encoder writes protocol messages as JSON lines. It is safe for concurrent use.
