@@ -17,6 +17,7 @@ import (
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
+	"github.com/gtrain/gtrain/launch/detect"
 )
 
 // HostsCheckOptions are the inputs of `gtrain hosts check`.
@@ -28,9 +29,10 @@ type HostsCheckOptions struct {
 	Output   string // text or json
 }
 
-// NewCmdHosts is `gtrain hosts`, whose one subcommand is `check`.
+// NewCmdHosts is `gtrain hosts`: check, topology and detect.
 func NewCmdHosts(ios *IOStreams, checkF func(context.Context, *HostsCheckOptions) error) *cobra.Command {
-	return newGroup("hosts", "Check the hosts of a hostfile before running on them", "", NewCmdHostsCheck(ios, checkF))
+	return newGroup("hosts", "Check the hosts of a hostfile and see their hardware", "",
+		NewCmdHostsCheck(ios, checkF), NewCmdHostsTopology(ios, nil), NewCmdHostsDetect(ios))
 }
 
 // NewCmdHostsCheck wires the flags of `gtrain hosts check` into
@@ -47,9 +49,13 @@ func NewCmdHostsCheck(ios *IOStreams, checkF func(context.Context, *HostsCheckOp
 hostfile is ready for gtrain run: it accepts a TCP connection and an SSH login
 with a known host key; gtrain is there (or, with the same OS and architecture
 as this machine, will be copied on first run); and it reaches node 0 (the
-master) on node 0's SSH port. Reports OS/architecture, CPUs and GPUs
-(nvidia-smi -L). Hosts that are this machine are checked without SSH.
-Nothing is started or copied.
+master) on node 0's SSH port. Reports OS/architecture, CPUs and GPUs, and
+below the table each host's hardware as detection sees it (gtrain hosts
+detect there): CPUs and NUMA nodes, GPUs (model, memory, NVLink or PCIe),
+NICs and their rates, and problems (a GPU in a bad state, MIG on, a missing
+NVLink, hosts that differ). A host whose gtrain is not there yet has its
+GPUs counted with nvidia-smi -L. Hosts that are this machine are checked
+without SSH. Nothing is started or copied.
 
 Exits 0 when every host is ready, 1 when one is not. The SSH flags are those of
 gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
@@ -175,6 +181,15 @@ func printHostsTable(ios *IOStreams, reports []launch.HostReport) error {
 		if r.Error != "" {
 			fmt.Fprintf(&b, "%s: %s\n", r.Host, r.Error)
 		}
+	}
+	for _, r := range reports {
+		if r.Facts != nil {
+			fmt.Fprintf(&b, "%s:\n", r.Host)
+			detect.Describe(&b, *r.Facts, "  ")
+		}
+	}
+	for _, d := range launch.UnequalHosts(reports) {
+		fmt.Fprintf(&b, "problem: %s\n", d)
 	}
 	fmt.Fprintf(&b, "%d of %d hosts ready\n", launch.CountReady(reports), len(reports))
 	_, err := io.WriteString(ios.Out, b.String())

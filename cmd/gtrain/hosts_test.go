@@ -29,7 +29,9 @@ func TestHostsCheckMultiHost(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("all ready: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
-	ready := `ok +ok +ok +` + regexp.QuoteMeta(scriptVersion) + ` +Linux \S+ +[1-9][0-9]* +0 \(no nvidia-smi\) +`
+	// GPUs: detection by the host's gtrain (hosts detect); these hosts have
+	// no NVIDIA driver.
+	ready := `ok +ok +ok +` + regexp.QuoteMeta(scriptVersion) + ` +Linux \S+ +[1-9][0-9]* +0 \(no driver\) +`
 	for i, master := range []string{"master", "ok"} {
 		if !row(i, ready+master).MatchString(out) {
 			t.Errorf("host %d's row is not ready:\n%s", i, out)
@@ -38,11 +40,19 @@ func TestHostsCheckMultiHost(t *testing.T) {
 	if !strings.HasSuffix(out, "\n2 of 2 hosts ready\n") {
 		t.Errorf("no final line \"2 of 2 hosts ready\":\n%s", out)
 	}
+	for _, h := range c.Hosts {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(h.IP) + `:\n  cpu: [1-9]`).MatchString(out) {
+			t.Errorf("no hardware of %s (its gtrain's hosts detect):\n%s", h.IP, out)
+		}
+	}
 
 	code, out, _ = runGtrain(t, 60*time.Second, args("-o", "json")...)
 	var doc struct{ Hosts []launch.HostReport }
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ExitOK || len(doc.Hosts) != 2 {
 		t.Fatalf("json: exit %d, %v, %d hosts:\n%s", code, err, len(doc.Hosts), out)
+	}
+	if h := doc.Hosts[1]; h.Facts == nil || h.Facts.CPU.Threads == 0 || h.Facts.GPUError == "" {
+		t.Errorf("json host 1: facts %+v: want its CPUs and why it has no GPUs", h.Facts)
 	}
 	if h := doc.Hosts[1]; !h.OK || h.MasterAddr != c.Hosts[0].IP+":22" || h.GtrainVersion != scriptVersion {
 		t.Errorf("json host 1: ok %v, master_addr %q, gtrain %q; want true, %s:22, %s", h.OK, h.MasterAddr, h.GtrainVersion, c.Hosts[0].IP, scriptVersion)

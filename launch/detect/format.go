@@ -102,7 +102,7 @@ func orUnknown(s string) string {
 func Describe(w io.Writer, h hostinfo.Host, indent string) error {
 	var b strings.Builder
 	c := h.CPU
-	fmt.Fprintf(&b, "%scpu: %d sockets, %d cores, %d threads%s%s\n", indent, c.Sockets, c.Cores, c.Threads, ifSet(", ", c.Model), cgroupNote(h.Cgroup))
+	fmt.Fprintf(&b, "%scpu: %d socket(s), %d core(s), %d thread(s)%s%s\n", indent, c.Sockets, c.Cores, c.Threads, ifSet(", ", c.Model), cgroupNote(h.Cgroup))
 	for _, n := range h.NUMA {
 		fmt.Fprintf(&b, "%snuma %d: cpus %s, %s\n", indent, n.ID, orNA(FormatList(n.CPUs)), gib(n.MemoryBytes))
 	}
