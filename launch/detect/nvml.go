@@ -5,6 +5,7 @@ package detect
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -20,12 +21,19 @@ type nvmlLib interface {
 	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
 }
 
+// nvmlMu serialises scans: go-nvml keeps the loaded library's versioned
+// entry points in package variables, which every Init rewrites, so two
+// scans at once (hosts check of two names for this machine) would race.
+var nvmlMu sync.Mutex
+
 // localGPUs scans this machine's GPUs through libnvidia-ml.so.1. When the
 // library is absent go-nvml's Init fails (dlopen's error is turned into
 // ERROR_LIBRARY_NOT_FOUND, no panic) and no other NVML call is made: any
 // call after a failed Init would jump to an unresolved symbol and kill
 // the process.
 func localGPUs(ctx context.Context, f fsys) gpuFacts {
+	nvmlMu.Lock()
+	defer nvmlMu.Unlock()
 	lib := nvml.New()
 	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
 	return scanNVML(ctx, f, lib, has)
