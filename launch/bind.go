@@ -123,8 +123,10 @@ func bindPools(h *hostinfo.Host, slots []int, gpus bool) []*pool {
 			} else {
 				node = -1 - g.Index // a pool of the GPU's own affinity
 			}
-			if len(cpus) == 0 {
-				cpus = allowed
+			if len(intersect(cpus, allowed)) == 0 {
+				// Unknown, or none the agent may use (a scheduler gave it
+				// cores on another socket): the CPUs it has, shared.
+				node, cpus = -1, allowed
 			}
 			p := at(node, cpus)
 			p.ranks = append(p.ranks, i)

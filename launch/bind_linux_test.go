@@ -60,6 +60,10 @@ grep Cpus_allowed_list /proc/self/status`
 	if err != nil {
 		t.Fatalf("job failed: %v\nrank 0: %q\nrank 1: %q", err, rec.lines(0), rec.lines(1))
 	}
+	// The agent's join carried what it detected, and the job kept it.
+	if facts := p.HostFacts(); len(facts) != 1 || facts[0] == nil || len(facts[0].CPU.Online) == 0 {
+		t.Errorf("job's host facts %+v: want this machine's, from the agent's join", facts)
+	}
 	var sets [2][]int
 	for r := range 2 {
 		lists := cpusAllowed(t, rec.lines(r))

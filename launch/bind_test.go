@@ -101,6 +101,8 @@ func TestPlanBinding(t *testing.T) {
 	twoNodes := smtHost("epyc", 2, 4) // CPU-only, two NUMA nodes, no NICs
 	cgroup := cpuHost(8)
 	cgroup.Cgroup.CPUSet = []int{2, 3, 6, 7}
+	pcieSocket0 := pcieHost()
+	pcieSocket0.Cgroup.CPUSet = []int{0, 1}
 	dgxEnv := func(gpu int, hca, eth string, threads int) string {
 		return fmt.Sprintf("CUDA_DEVICE_ORDER=PCI_BUS_ID GLOO_SOCKET_IFNAME=ibp%d GTRAIN_CPUS=%d NCCL_IB_HCA==%s:1 NCCL_SOCKET_IFNAME==ibp%d OMP_NUM_THREADS=%d",
 			gpu, threads, hca, gpu, threads)
@@ -172,6 +174,12 @@ func TestPlanBinding(t *testing.T) {
 		{"cgroup cpuset: only its CPUs", cgroup, BindCore, span(0, 1), []want{
 			{BindCore, "2-3", 2, 0, -1, -1, "GTRAIN_CPUS=2 OMP_NUM_THREADS=2"},
 			{BindCore, "6-7", 2, 0, -1, -1, "GTRAIN_CPUS=2 OMP_NUM_THREADS=2"},
+		}},
+		{"cpuset on socket 0 only: the ranks of socket 1's GPUs share the CPUs there are", pcieSocket0, BindNUMA, span(0, 3), []want{
+			{BindNUMA, "0-1", 1, 0, 0, 0, "CUDA_DEVICE_ORDER=PCI_BUS_ID GLOO_SOCKET_IFNAME=ens1 GTRAIN_CPUS=1 NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens1 OMP_NUM_THREADS=1"},
+			{BindNUMA, "0-1", 1, 0, 0, 1, "CUDA_DEVICE_ORDER=PCI_BUS_ID GLOO_SOCKET_IFNAME=ens1 GTRAIN_CPUS=1 NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens1 OMP_NUM_THREADS=1"},
+			{BindNUMA, "0-1", 1, -1, -1, 2, "CUDA_DEVICE_ORDER=PCI_BUS_ID GLOO_SOCKET_IFNAME=ens1 GTRAIN_CPUS=1 NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==ens1 OMP_NUM_THREADS=1"},
+			{BindNUMA, "0-1", 1, -1, -1, 3, "CUDA_DEVICE_ORDER=PCI_BUS_ID GLOO_SOCKET_IFNAME=ens2 GTRAIN_CPUS=1 NCCL_IB_HCA==mlx5_1:1 NCCL_SOCKET_IFNAME==ens2 OMP_NUM_THREADS=1"},
 		}},
 		{"none binds nothing", dgx, BindNone, span(0, 1), []want{
 			{BindNone, "", 0, -1, -1, -1, ""},
