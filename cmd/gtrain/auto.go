@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/gtrain/gtrain/engine/train"
-	"github.com/gtrain/gtrain/planner"
 )
 
 // autoLayout is `gtrain run --auto`: it lays out the job for the run's
@@ -23,8 +24,26 @@ func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spe
 	if err != nil {
 		return spec, err
 	}
-	b := choice.Candidate
-	fmt.Fprintf(o.IO.Err, "gtrain: --auto: dp=%d zero=%d micro_batch=%d grad_accum=%d recompute=%s, the job's global batch of %d sequences (predicted %s of %s per rank, %s per step)\n",
-		b.DP, b.ZeroStage, b.MicroBatch, b.GradAccum, b.Recompute, choice.GlobalBatch, planner.GiB(b.Memory.Total), planner.GiB(choice.Usable), seconds(b.StepTime))
+	fmt.Fprintln(o.IO.Err, autoLine(choice))
 	return spec, nil
+}
+
+// autoLine is the one line --auto prints: the layout (with the layers of
+// each pipeline stage), the batch split, and the planner's prediction for
+// the most loaded rank, by category, and for the step.
+func autoLine(choice train.AutoChoice) string {
+	c, m := choice.Candidate, choice.Memory
+	layers := ""
+	if c.PP > 1 {
+		s := make([]string, len(choice.Split))
+		for i, n := range choice.Split {
+			s[i] = strconv.Itoa(n)
+		}
+		layers = " (layers " + strings.Join(s, ",") + ")"
+	}
+	size := func(b float64) string { return formatSize(int64(b)) }
+	return fmt.Sprintf("gtrain: --auto: tp=%d pp=%d%s dp=%d zero=%d micro_batch=%d grad_accum=%d recompute=%s, the job's global batch of %d sequences "+
+		"(predicted %s of %s per rank: params %s, grads %s, optimizer %s, activations %s, buffers %s; %s per step)",
+		c.TP, c.PP, layers, c.DP, c.ZeroStage, c.MicroBatch, c.GradAccum, c.Recompute, choice.GlobalBatch,
+		size(m.Total), size(choice.Usable), size(m.Params), size(m.Grads), size(m.Optimizer), size(m.Activations), size(m.Buffers), seconds(c.StepTime))
 }

@@ -11,11 +11,6 @@ import (
 	"github.com/gtrain/gtrain/planner"
 )
 
-// engineZeroStages are the ZeRO stages the built-in engine trains with
-// (issue 6); the engine has no tensor or pipeline parallelism, so --auto
-// pins TP and PP to 1 and DP to the run's ranks.
-var engineZeroStages = []int{0, 1, 2, 3}
-
 // engineActivations is how engine/model keeps activations: float32, no
 // dropout. With it the planner charges each recomputation mode exactly the
 // buffers the engine allocates (engine/model's TestActivationsMatchPlanner).
@@ -25,12 +20,14 @@ var engineActivations = planner.ActStorage{ElemBytes: 4, NoDropout: true}
 // planner's bound); it keeps the product of the job's counts in an int.
 const maxGlobalBatch = 1 << 30
 
-// AutoChoice is the layout AutoLayout picked, the memory it had per rank
-// and the global batch it kept.
+// AutoChoice is the layout AutoLayout picked (its predicted memory is its
+// most loaded rank's), the memory it had per rank and the global batch it
+// kept.
 type AutoChoice struct {
 	planner.Candidate
 	Usable      float64 // bytes per rank tensors may fill
 	GlobalBatch int     // sequences per step, the job's without --auto
+	Split       []int   // layers per pipeline stage, as the planner and the engine split them
 }
 
 // AutoLayout is `gtrain run --auto`: it lays spec out for the ranks of
@@ -49,59 +46,109 @@ func AutoLayout(spec Spec, nodes []hostfiles.Node) (Spec, AutoChoice, error) {
 	return autoSpec(spec, planner.CPUTopology(ranks, int64(mem), runtime.NumCPU()))
 }
 
-// autoSpec searches the engine's layouts of spec on top and returns spec
-// with the fastest: dp = the ranks, the ZeRO stage, micro-batch and
-// gradient accumulation (keeping the job's global batch) and recompute.
+// autoSpec searches every layout of spec on top that the engine runs and
+// returns spec with the fastest: parallel.tp, pp, dp and zero_stage,
+// micro-batch and gradient accumulation (keeping the job's global batch)
+// and recompute.
 func autoSpec(spec Spec, top planner.Topology) (Spec, AutoChoice, error) {
-	c, err := spec.ModelConfig()
+	pr, err := enginePlan(spec, top)
 	if err != nil {
-		return spec, AutoChoice{}, usage.Errorf("job: model: %w", err)
+		return spec, AutoChoice{}, err
 	}
-	m := planner.Model{Name: spec.Model.Preset, Arch: planner.ArchGPT, Layers: c.Layers, Hidden: c.Embd, Heads: c.Heads,
-		Vocab: c.Vocab, Seq: spec.SeqLen(c)}.Normalized()
-	world := top.GPUs()
-	global, err := jobGlobalBatch(spec.Batch, spec.Parallel.DP, world)
-	if err != nil {
-		return spec, AutoChoice{}, &usage.Error{Err: err}
-	}
-	opts := planner.DefaultOptions()
-	opts.Activations = engineActivations
-	pr := planner.Problem{Model: m, Topology: top, GlobalBatch: global, Precision: jobPrecision(spec), Options: opts}
-	res, err := planner.Search(pr, planner.Space{TP: []int{1}, PP: []int{1}, DP: []int{world}, Zero: engineZeroStages})
+	res, err := planner.Search(pr, planner.Space{})
 	if err != nil {
 		return spec, AutoChoice{}, usage.Errorf("run --auto: %w", err)
 	}
-	best, ok := res.Best()
-	if !ok {
-		return spec, AutoChoice{}, &usage.Error{Err: fmt.Errorf(
-			"run --auto: no layout of the job fits in %s per rank (%d rank(s)); the closest: %s; use more hosts or a smaller model or batch.seq",
-			planner.GiB(pr.Usable()), world, res.Candidates[0].RejectReason)}
+	for _, c := range res.Candidates[:res.Feasible] {
+		// The planner's reasons are the engine's refusals; the engine's
+		// own check has the last word (its bounds on micro_batch and
+		// grad_accum, and whatever it does not train yet).
+		if s := withLayout(spec, c); s.Validate() == nil {
+			return s, AutoChoice{c, pr.Usable(), pr.GlobalBatch, planner.StageLayers(pr.Model.Layers, c.PP)}, nil
+		}
 	}
-	spec.Parallel = Parallel{DP: best.DP, TP: 1, PP: 1, ZeroStage: best.ZeroStage}
-	spec.Batch.MicroBatch, spec.Batch.GradAccum = best.MicroBatch, best.GradAccum
-	spec.Recompute = string(best.Recompute)
-	return spec, AutoChoice{best, pr.Usable(), global}, nil
+	if res.Feasible > 0 {
+		return spec, AutoChoice{}, &usage.Error{Err: fmt.Errorf(
+			"run --auto: the engine trains none of the %d layouts that fit in %s per rank (%d rank(s)); the fastest: %w",
+			res.Feasible, planner.GiB(pr.Usable()), top.GPUs(), withLayout(spec, res.Candidates[0]).Validate())}
+	}
+	closest := "none could be evaluated"
+	if len(res.Candidates) > 0 {
+		closest = res.Candidates[0].RejectReason
+	}
+	return spec, AutoChoice{}, &usage.Error{Err: fmt.Errorf(
+		"run --auto: no layout of the job fits in %s per rank (%d rank(s)); the closest: %s; use more hosts or a smaller model or batch.seq",
+		planner.GiB(pr.Usable()), top.GPUs(), closest)}
+}
+
+// enginePlan is the planner's problem of spec on top as the engine trains
+// it: the model's shape, the job's global batch and precision, and the
+// engine's storage of activations, weights and gradients.
+func enginePlan(spec Spec, top planner.Topology) (planner.Problem, error) {
+	c, err := spec.ModelConfig()
+	if err != nil {
+		return planner.Problem{}, usage.Errorf("job: model: %w", err)
+	}
+	m := planner.Model{Name: spec.Model.Preset, Arch: planner.ArchGPT, Layers: c.Layers, Hidden: c.Embd, Heads: c.Heads,
+		Vocab: c.Vocab, Seq: spec.SeqLen(c), Positions: c.Seq}.Normalized()
+	global, err := jobGlobalBatch(spec.Batch, spec.Parallel, top.GPUs())
+	if err != nil {
+		return planner.Problem{}, &usage.Error{Err: err}
+	}
+	opts := planner.DefaultOptions()
+	opts.Activations, opts.States = engineActivations, engineStates(spec)
+	opts.SequenceParallel = spec.Parallel.SequenceParallel == nil || *spec.Parallel.SequenceParallel
+	return planner.Problem{Model: m, Topology: top, GlobalBatch: global, Precision: jobPrecision(spec), Options: opts}, nil
+}
+
+// engineStates is how the engine keeps weights and gradients: on the
+// data-parallel path (tp = pp = 1) in the precision's type, gradients in
+// parallel.grad_dtype; with tp·pp > 1 model.Stage keeps float32 working
+// weights (rounded to the precision) and float32 gradients, whatever the
+// precision. The optimizer is the planner's: Adam moments, and fp32
+// master weights under bf16 and fp16.
+func engineStates(spec Spec) planner.StateStorage {
+	st := planner.StateStorage{MPWeights: 4, MPGrads: 4}
+	if spec.Parallel.GradDType == "fp32" {
+		st.Grads = 4
+	}
+	return st
+}
+
+// withLayout is spec laid out as planner candidate c: parallel.tp, pp, dp
+// and zero_stage, batch.micro_batch and grad_accum, and recompute; the
+// planner's split of the layers (pp_layers cleared) and the 1F1B
+// schedule (the one the planner's bubble counts). The rest of parallel
+// (sequence parallelism, buckets, gradient type) stays the job's.
+func withLayout(spec Spec, c planner.Candidate) Spec {
+	p := &spec.Parallel
+	p.TP, p.PP, p.DP, p.ZeroStage = c.TP, c.PP, c.DP, c.ZeroStage
+	p.PPLayers, p.VirtualStages = nil, 0
+	spec.Batch.MicroBatch, spec.Batch.GradAccum = c.MicroBatch, c.GradAccum
+	spec.Recompute = string(c.Recompute)
+	return spec
 }
 
 // jobGlobalBatch is the global batch the job trains with on world ranks
 // without --auto: micro_batch × grad_accum × parallel.dp, dp 0 meaning
-// every rank (as the engine reads it). --auto keeps it, so it must divide
-// over the ranks: it always does with dp 0 or dp = the ranks.
-func jobGlobalBatch(b BatchSpec, dp, world int) (int, error) {
+// every rank over the job's tp × pp (as the engine reads it). --auto keeps
+// it; the search rejects the layouts whose dp does not divide it.
+func jobGlobalBatch(b BatchSpec, p Parallel, world int) (int, error) {
+	dp := p.DP
 	if dp == 0 {
-		dp = world
+		if mp := p.ModelParallel(); world%mp == 0 {
+			dp = world / mp
+		} else {
+			return 0, fmt.Errorf("run --auto: the job's parallel.tp %d × parallel.pp %d do not divide the %d ranks, so parallel.dp 0 (every replica) gives no global batch: set parallel.dp, or tp and pp to 1",
+				max(p.TP, 1), max(p.PP, 1), world)
+		}
 	}
 	if b.MicroBatch < 1 || b.GradAccum < 1 || dp < 1 || b.MicroBatch > maxGlobalBatch || b.GradAccum > maxGlobalBatch ||
 		dp > maxGlobalBatch || b.MicroBatch*b.GradAccum > maxGlobalBatch/dp {
 		return 0, fmt.Errorf("run --auto: the job's global batch batch.micro_batch %d × batch.grad_accum %d × parallel.dp %d: want 1 to %d sequences",
 			b.MicroBatch, b.GradAccum, dp, maxGlobalBatch)
 	}
-	global := b.MicroBatch * b.GradAccum * dp
-	if global%world != 0 {
-		return 0, fmt.Errorf("run --auto: the job's global batch of %d sequences (batch.micro_batch %d × batch.grad_accum %d × parallel.dp %d) does not divide over the %d ranks: set parallel.dp to 0 (every rank) or make it a multiple of %d",
-			global, b.MicroBatch, b.GradAccum, dp, world, world)
-	}
-	return global, nil
+	return b.MicroBatch * b.GradAccum * dp, nil
 }
 
 // jobPrecision reads the job's precision as its JSON spells it: fp32 when

@@ -10,25 +10,26 @@ import (
 	"github.com/gtrain/gtrain/planner"
 )
 
-// TestAutoSpec: --auto sets dp to the ranks, keeps the global batch, keeps
-// tp and pp at 1, and needs recomputation or ZeRO only when memory is short.
+// TestAutoSpec: --auto lays the job out on exactly the ranks (tp × pp ×
+// dp), keeps the global batch, gives a spec the engine accepts for that
+// many ranks, and uses model parallelism, ZeRO or recomputation when the
+// plain data-parallel layout does not fit. (Which it prefers when memory
+// is plenty is the calibration's business: planner.CPUTopology.)
 func TestAutoSpec(t *testing.T) {
 	const gib = 1 << 30
 	cases := []struct {
-		name      string
-		slots     []int
-		mem       int64 // per host
-		job       func(*Spec)
-		dp        int
-		wantZero  bool // a ZeRO stage > 0 is needed
-		recompute bool // recomputation is needed
+		name  string
+		slots []int
+		mem   int64 // per host
+		job   func(*Spec)
+		short bool // the plain data-parallel layout (ZeRO 0, no recompute) does not fit
 	}{
-		{"default job, one rank", []int{1}, 16 * gib, nil, 1, false, false},
-		{"default job, 2 ranks", []int{2}, 16 * gib, nil, 2, false, false},
-		{"2 hosts × 2 ranks", []int{2, 2}, 16 * gib, nil, 4, false, false},
+		{"default job, one rank", []int{1}, 16 * gib, nil, false},
+		{"default job, 2 ranks", []int{2}, 16 * gib, nil, false},
+		{"2 hosts × 2 ranks", []int{2, 2}, 16 * gib, nil, false},
 		{"gpt2 on 4 ranks with little memory", []int{4}, 4 * gib, func(s *Spec) {
 			s.Model.Preset, s.Batch.MicroBatch, s.Batch.GradAccum = "gpt2", 32, 2
-		}, 4, true, true},
+		}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -43,16 +44,49 @@ func TestAutoSpec(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := got.Parallel
-			if p.DP != c.dp || p.TP != 1 || p.PP != 1 || got.Batch.MicroBatch*got.Batch.GradAccum*p.DP != global {
-				t.Errorf("parallel %+v, batch %+v: want dp %d and global batch %d", p, got.Batch, c.dp, global)
+			if p.TP*p.PP*p.DP != top.GPUs() || got.Batch.MicroBatch*got.Batch.GradAccum*p.DP != global {
+				t.Errorf("parallel %+v, batch %+v: want tp × pp × dp = %d ranks and global batch %d", p, got.Batch, top.GPUs(), global)
 			}
-			if (p.ZeroStage > 0) != c.wantZero || (got.Recompute != "none") != c.recompute {
-				t.Errorf("zero %d, recompute %s; want ZeRO %v, recompute %v", p.ZeroStage, got.Recompute, c.wantZero, c.recompute)
+			if err := CheckLayout(got, top.GPUs(), false); err != nil || got.Validate() != nil {
+				t.Errorf("the engine refuses the layout: %v, %v", err, got.Validate())
 			}
-			if choice.Memory.Total > choice.Usable {
-				t.Errorf("chosen layout needs %.3g bytes of %.3g", choice.Memory.Total, choice.Usable)
+			plain := p.TP*p.PP == 1 && p.ZeroStage == 0 && got.Recompute == "none"
+			if plain && c.short {
+				t.Errorf("tp %d, pp %d, zero %d, recompute %s: the plain data-parallel layout, which does not fit", p.TP, p.PP, p.ZeroStage, got.Recompute)
+			}
+			if choice.Memory.Total > choice.Usable || choice.TP != p.TP || choice.PP != p.PP {
+				t.Errorf("chosen layout %+v needs %.3g bytes of %.3g", choice.Layout, choice.Memory.Total, choice.Usable)
 			}
 		})
+	}
+}
+
+// TestAutoPicksModelParallelism: where no data-parallel layout fits (at
+// any ZeRO stage or recomputation: each rank would still hold the whole
+// model's activations and ZeRO-3's gathered layers), --auto splits the
+// model with tensor or pipeline parallelism, at a ZeRO stage the engine
+// combines with them.
+func TestAutoPicksModelParallelism(t *testing.T) {
+	spec := DefaultSpec()
+	spec.Model.Preset, spec.Batch.MicroBatch = "gpt2-medium", 4
+	top := planner.CPUTopology([]int{4}, 8<<30, 8)
+	pr, err := enginePlan(spec, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := planner.Search(pr, planner.Space{TP: []int{1}, PP: []int{1}})
+	if err != nil || res.Feasible != 0 {
+		t.Fatalf("%d data-parallel layouts fit (%v): the case tests nothing", res.Feasible, err)
+	}
+	got, choice, err := autoSpec(spec, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Parallel; p.TP*p.PP < 2 || p.ZeroStage > 1 || got.Validate() != nil {
+		t.Errorf("parallel %+v, recompute %s: want tp·pp > 1 at ZeRO 0 or 1, which the engine accepts (%v)", p, got.Recompute, got.Validate())
+	}
+	if choice.Memory.Total > choice.Usable {
+		t.Errorf("predicted %+v over %.3g usable", choice.Memory, choice.Usable)
 	}
 }
 
@@ -92,10 +126,10 @@ func TestAutoKeepsGlobalBatch(t *testing.T) {
 				continue
 			}
 			n++
-			gb := got.Batch
-			if auto := gb.MicroBatch * gb.GradAccum * got.Parallel.DP; auto != plain || choice.GlobalBatch != plain || got.Parallel.DP != top.GPUs() {
-				t.Errorf("hosts %v (%d ranks), batch %+v: --auto micro_batch %d × grad_accum %d × dp %d = %d (reported %d), the plain run %d",
-					h, top.GPUs(), b, gb.MicroBatch, gb.GradAccum, got.Parallel.DP, auto, choice.GlobalBatch, plain)
+			gb, p := got.Batch, got.Parallel
+			if auto := gb.MicroBatch * gb.GradAccum * p.DP; auto != plain || choice.GlobalBatch != plain || p.TP*p.PP*p.DP != top.GPUs() {
+				t.Errorf("hosts %v (%d ranks), batch %+v: --auto micro_batch %d × grad_accum %d × dp %d = %d on tp %d × pp %d (reported %d), the plain run %d",
+					h, top.GPUs(), b, gb.MicroBatch, gb.GradAccum, p.DP, auto, p.TP, p.PP, choice.GlobalBatch, plain)
 			}
 		}
 	}
@@ -107,19 +141,25 @@ func TestAutoKeepsGlobalBatch(t *testing.T) {
 func TestAutoSpecErrors(t *testing.T) {
 	spec := DefaultSpec() // micro_batch 16, grad_accum 1
 	// A dp other than the ranks (which a plain run refuses) is kept as the
-	// job's global batch, or refused when the ranks cannot share it.
+	// job's global batch: 32 sequences on 4 ranks; on 3, which DP cannot
+	// share it over, one replica pipelined over 3 stages (tp 3 does not
+	// divide the tiny model's 4 heads).
 	spec.Parallel.DP = 2
 	got, _, err := autoSpec(spec, planner.CPUTopology([]int{4}, 16<<30, 8))
 	if err != nil || got.Batch.MicroBatch*got.Batch.GradAccum*got.Parallel.DP != 32 {
 		t.Errorf("dp 2 on 4 ranks: %+v, %v; want the global batch 32", got.Batch, err)
 	}
-	_, _, err = autoSpec(spec, planner.CPUTopology([]int{3}, 16<<30, 8))
-	var usage *usage.Error
-	if !errors.As(err, &usage) || !strings.Contains(err.Error(),
-		"the job's global batch of 32 sequences (batch.micro_batch 16 × batch.grad_accum 1 × parallel.dp 2) does not divide over the 3 ranks") {
-		t.Errorf("dp 2 on 3 ranks: %v", err)
+	got, _, err = autoSpec(spec, planner.CPUTopology([]int{3}, 16<<30, 8))
+	if p := got.Parallel; err != nil || p.DP != 1 || p.PP != 3 || got.Batch.MicroBatch*got.Batch.GradAccum != 32 {
+		t.Errorf("dp 2 on 3 ranks: %+v, %+v, %v; want pp 3 with the global batch 32", p, got.Batch, err)
 	}
-	spec.Parallel.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum = 0, 1<<20, 1<<20
+	var usage *usage.Error
+	spec.Parallel.DP, spec.Parallel.TP = 0, 3
+	if _, _, err = autoSpec(spec, planner.CPUTopology([]int{4}, 16<<30, 8)); !errors.As(err, &usage) ||
+		!strings.Contains(err.Error(), "the job's parallel.tp 3 × parallel.pp 1 do not divide the 4 ranks") {
+		t.Errorf("tp 3 and dp 0 on 4 ranks: %v", err)
+	}
+	spec.Parallel.TP, spec.Batch.MicroBatch, spec.Batch.GradAccum = 0, 1<<20, 1<<20
 	if _, _, err = autoSpec(spec, planner.CPUTopology([]int{3}, 16<<30, 8)); !errors.As(err, &usage) ||
 		!strings.Contains(err.Error(), "want 1 to 1073741824 sequences") {
 		t.Errorf("a global batch of 2^40·3: %v", err)
@@ -159,7 +199,7 @@ func TestAutoLayoutRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Parallel.DP != 4 || choice.DP != 4 || choice.GlobalBatch != 16*4 {
-		t.Errorf("dp %d (choice %d), global batch %d; want dp 4 and global batch 64", got.Parallel.DP, choice.DP, choice.GlobalBatch)
+	if p := got.Parallel; p.TP*p.PP*p.DP != 4 || choice.World() != 4 || choice.GlobalBatch != 16*4 {
+		t.Errorf("parallel %+v (choice %+v), global batch %d; want 4 ranks and global batch 64", p, choice.Grid, choice.GlobalBatch)
 	}
 }
