@@ -29,6 +29,7 @@ var forbidden = map[string][]string{
 	"internal/usage":      {module + "/", "github.com/", "golang.org/"},
 	"internal/rankenv":    {module + "/", "github.com/", "golang.org/"},
 	"internal/hostinfo":   {module + "/", "github.com/", "golang.org/"},
+	"internal/flightrec":  {module + "/", "github.com/", "golang.org/"},
 }
 
 // allowed are exceptions to a rule of forbidden: the planner may use
