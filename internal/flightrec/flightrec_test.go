@@ -53,9 +53,9 @@ func TestAnalyze(t *testing.T) {
 		culprits []int
 		want     []string // lines the report must hold
 	}{{
-		name:  "one rank in compute",
-		world: 4,
-		dumps: []*Dump{inDP(0), inDP(1), dump(2, group("dp", dp, 2, coll("all_reduce", 411, Done, -1))), inDP(3)},
+		name:     "one rank in compute",
+		world:    4,
+		dumps:    []*Dump{inDP(0), inDP(1), dump(2, group("dp", dp, 2, coll("all_reduce", 411, Done, -1))), inDP(3)},
 		culprits: []int{2},
 		want: []string{"ranks 0,1,3 wait in all_reduce #412 of group dp (ranks 0-3) for rank 2",
 			"rank 2 (host hc): its last completed op is all_reduce #411 of group dp; it has no pending op: it is not in a collective (stuck in compute?)"},
