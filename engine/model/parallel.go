@@ -21,9 +21,13 @@ type StageSpec struct {
 	// (tensorpar.NewGroup(nil, be, false) for a rank without TP).
 	TP *tensorpar.Group
 	// Split is the number of layers of each pipeline stage (pipeline.Split)
-	// and Stage this rank's stage (parallel.Groups.Coord.PP).
-	Split []int
-	Stage int
+	// and Stage this rank's stage (parallel.Groups.Coord.PP). With Chunks
+	// v > 1 (the interleaved schedule), Split counts the layers of each of
+	// the pp·v virtual stages, and the rank holds v model chunks, chunk c
+	// being virtual stage c·pp + Stage (Megatron-LM's assignment).
+	Split  []int
+	Stage  int
+	Chunks int // model chunks per rank: 0 or 1 for one, v for interleaving
 	// Batch returns micro-batch micro's B×T inputs and targets. The first
 	// stage calls it for the inputs, the last for the targets, once per
 	// forward; a middle stage never does (it may be nil there).
@@ -92,6 +96,10 @@ type Stage struct {
 	allocated     int // activation sets made: the most micro-batches in flight
 	losses        []float32
 	normBuf       []float32
+	// more are chunks 1 … v−1 of an interleaved rank (this Stage being
+	// chunk 0): one-chunk Stages sharing its Params, Grads, working set
+	// and scratch (see pack).
+	more []*Stage
 }
 
 // stageDims are a rank's widths: rows of the sequence-parallel
@@ -134,25 +142,36 @@ func NewStage(spec StageSpec) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	first, end := pipeline.Layers(spec.Split, spec.Stage)
-	s := &Stage{Config: cfg, B: spec.B, T: spec.T, DLoss: 1, tp: spec.TP, be: spec.TP.Backend(), batch: spec.Batch, rc: rc,
-		index: spec.Stage, stages: len(spec.Split), first: first, end: end, inflight: map[int]*stageActs{}}
-	s.dims.isFirst, s.dims.isLast = spec.Stage == 0, spec.Stage == len(spec.Split)-1
+	v := max(spec.Chunks, 1)
+	pp := len(spec.Split) / v
+	s, err := newChunk(spec, rc, spec.Stage)
+	if err != nil {
+		return nil, err
+	}
+	for c := 1; c < v; c++ {
+		t, err := newChunk(spec, rc, c*pp+spec.Stage)
+		if err != nil {
+			return nil, err
+		}
+		s.more = append(s.more, t)
+	}
+	s.pack(s.be.AttentionScratch(spec.T))
+	return s, nil
+}
+
+// newChunk lays out virtual stage vs of spec as a one-chunk Stage, without
+// its parameters or buffers (pack allocates them).
+func newChunk(spec StageSpec, rc Recompute, vs int) (*Stage, error) {
+	first, end := pipeline.Layers(spec.Split, vs)
+	s := &Stage{Config: spec.Config, B: spec.B, T: spec.T, DLoss: 1, tp: spec.TP, be: spec.TP.Backend(), batch: spec.Batch, rc: rc,
+		index: vs, stages: len(spec.Split), first: first, end: end, inflight: map[int]*stageActs{}}
+	s.dims.isFirst, s.dims.isLast = vs == 0, vs == len(spec.Split)-1
 	if err := s.layout(); err != nil {
 		return nil, err
 	}
 	if err := s.setDims(); err != nil {
 		return nil, err
 	}
-	n := 0
-	if k := len(s.shards); k > 0 {
-		n = s.shards[k-1].Offset + s.shards[k-1].Size()
-	}
-	s.Params, s.Grads = make([]float32, n), make([]float32, n)
-	s.w, s.g = s.views(s.Params), s.views(s.Grads)
-	attScratch := s.be.AttentionScratch(spec.T)
-	s.use = s.countUse(attScratch)
-	s.newWork(&sizer{}, attScratch)
 	return s, nil
 }
 
@@ -166,8 +185,12 @@ func checkStageSpec(spec StageSpec) error {
 	if _, err := pipeline.Split(cfg.Layers, len(spec.Split), spec.Split); err != nil {
 		return fmt.Errorf("model: stage: %w", err)
 	}
-	if spec.Stage < 0 || spec.Stage >= len(spec.Split) {
-		return fmt.Errorf("model: stage %d: out of range for %d pipeline stages", spec.Stage, len(spec.Split))
+	pp, err := chunkedStages(len(spec.Split), spec.Chunks)
+	if err != nil {
+		return err
+	}
+	if spec.Stage < 0 || spec.Stage >= pp {
+		return fmt.Errorf("model: stage %d: out of range for %d pipeline stages", spec.Stage, pp)
 	}
 	tp := spec.TP.Size()
 	if cfg.Heads%tp != 0 {
@@ -179,8 +202,8 @@ func checkStageSpec(spec StageSpec) error {
 	if _, _, err := spec.TP.SequenceRows(spec.B * spec.T); err != nil {
 		return fmt.Errorf("model: stage: %w", err)
 	}
-	if spec.Batch == nil && (spec.Stage == 0 || spec.Stage == len(spec.Split)-1) {
-		return fmt.Errorf("model: stage %d of %d: no Batch to read micro-batches from (the first and last stages need one)", spec.Stage, len(spec.Split))
+	if spec.Batch == nil && (spec.Stage == 0 || spec.Stage == pp-1) {
+		return fmt.Errorf("model: stage %d of %d: no Batch to read micro-batches from (the first and last stages need one)", spec.Stage, pp)
 	}
 	return nil
 }
@@ -274,7 +297,8 @@ func (s *Stage) views(flat []float32) stageViews {
 // Shards lists the tensors this rank holds, in the order of Params.
 func (s *Stage) Shards() []ShardParam { return s.shards }
 
-// Layers is the range [first, end) of the blocks this stage holds.
+// Layers is the range [first, end) of the blocks this stage holds: of its
+// first chunk's when it has several (ChunkLayers).
 func (s *Stage) Layers() (first, end int) { return s.first, s.end }
 
 // LoadFull sets the stage's parameters to its parts of full, a whole
@@ -312,13 +336,15 @@ func (s *Stage) GradsToFull(full []float32) error {
 // ZeroGrad clears the gradients and the recorded losses before a step.
 func (s *Stage) ZeroGrad() {
 	clear(s.Grads)
-	s.losses = s.losses[:0]
+	for _, c := range s.chunks() {
+		c.losses = c.losses[:0]
+	}
 }
 
 // Losses are the mean losses of the micro-batches forwarded since
 // ZeroGrad, by micro-batch (NaN for one not run), on the last stage; nil
 // on the others.
-func (s *Stage) Losses() []float32 { return append([]float32(nil), s.losses...) }
+func (s *Stage) Losses() []float32 { return append([]float32(nil), s.last().losses...) }
 
 // record keeps micro-batch micro's loss.
 func (s *Stage) record(micro int, loss float32) {
@@ -337,11 +363,13 @@ func (s *Stage) ReduceNorms(ctx context.Context) error {
 		return nil
 	}
 	var norms [][]float32
-	for _, b := range s.g.blocks {
-		norms = append(norms, b.ln1w, b.ln1b, b.ln2w, b.ln2b)
-	}
-	if s.dims.isLast {
-		norms = append(norms, s.g.lnfw, s.g.lnfb)
+	for _, c := range s.chunks() {
+		for _, b := range c.g.blocks {
+			norms = append(norms, b.ln1w, b.ln1b, b.ln2w, b.ln2b)
+		}
+		if c.dims.isLast {
+			norms = append(norms, c.g.lnfw, c.g.lnfb)
+		}
 	}
 	buf := s.normBuf[:0]
 	for _, n := range norms {
@@ -363,13 +391,14 @@ func (s *Stage) ReduceNorms(ctx context.Context) error {
 // output layer's, each with its part of the gradient. With one stage, and
 // on a middle stage (no copy, embed nil), it does nothing.
 func (s *Stage) ReduceTied(ctx context.Context, embed *comm.Communicator) error {
-	if s.stages == 1 || s.g.wte == nil {
+	c := s.tiedChunk()
+	if s.stages == 1 || c == nil {
 		return nil
 	}
 	if embed == nil || embed.Size() != 2 {
 		return fmt.Errorf("model: stage %d of %d: the tied embedding needs the embedding group of the first and last stage (parallel.Groups.Embed)", s.index, s.stages)
 	}
-	if err := embed.AllReduce(ctx, comm.F32(s.g.wte), comm.Sum); err != nil {
+	if err := embed.AllReduce(ctx, comm.F32(c.g.wte), comm.Sum); err != nil {
 		return fmt.Errorf("model: stage %d: all-reduce of the tied embedding's gradient: %w", s.index, err)
 	}
 	return nil

@@ -155,7 +155,15 @@ func (s *Stage) release(micro int) {
 // far; none before the first forward), block 0's input on a stage after
 // the first included (Run's buffer, which the stage keeps), then the
 // shared working set and scratch. Parameters and gradients are not in it.
-func (s *Stage) ActivationUse() ActivationUse { return s.use.times(s.allocated) }
+// With several chunks, each chunk's sets are counted apart (chunkUse).
+func (s *Stage) ActivationUse() ActivationUse {
+	var uses []stageUse
+	var sets []int
+	for _, c := range s.chunks() {
+		uses, sets = append(uses, c.use), append(sets, c.allocated)
+	}
+	return chunkUse(uses, sets)
+}
 
 // ActivationBytes is the total of ActivationUse.
 func (s *Stage) ActivationBytes() int64 { return s.ActivationUse().Total() }
@@ -184,13 +192,18 @@ type StageShape struct {
 	B, T             int
 	TP, TPRank       int // the TP degree and this rank's index in its group
 	SequenceParallel bool
-	Split            []int // layers per pipeline stage (pipeline.Split)
+	Split            []int // layers per pipeline stage (pipeline.Split); per virtual stage with Chunks > 1
 	Stage            int
 	Recompute        Recompute
 	// InFlight is the micro-batches whose activations the stage keeps at
 	// once: pipeline.Schedule.InFlight(Stage), min(pp − Stage, micro-
 	// batches) under 1F1B; at most pp − Stage.
 	InFlight int
+	// Chunks is the model chunks per rank (0 or 1: one, and InFlight
+	// counts); above 1, ChunkInFlight gives the activation sets each chunk
+	// keeps (pipeline.Schedule.ChunkInFlight(Stage)), one count per chunk.
+	Chunks        int
+	ChunkInFlight []int
 }
 
 // StageActivationUseOf is Stage.ActivationUse of the rank sh describes
@@ -210,26 +223,64 @@ func StageActivationUseOf(sh StageShape, attScratch int) (ActivationUse, error) 
 	if err != nil {
 		return ActivationUse{}, err
 	}
-	if sh.Stage < 0 || sh.Stage >= len(split) || sh.InFlight < 0 || sh.InFlight > len(split)-sh.Stage {
-		return ActivationUse{}, fmt.Errorf("model: stage %d of %d with %d micro-batches in flight: want a stage in range and at most %d in flight (1F1B's)",
-			sh.Stage, len(split), sh.InFlight, max(len(split)-sh.Stage, 0))
+	sets, err := shapeSets(sh, len(split))
+	if err != nil {
+		return ActivationUse{}, err
 	}
-	first, end := pipeline.Layers(split, sh.Stage)
-	s := &Stage{Config: sh.Config, B: sh.B, T: sh.T, rc: rc, index: sh.Stage, first: first, end: end}
 	rows, err := sequenceRows(sh.B*sh.T, sh.TP, sh.SequenceParallel)
 	if err != nil {
 		return ActivationUse{}, err
 	}
-	if s.dims, err = stageDimsOf(sh.Config, sh.B*sh.T, rows, sh.TPRank, sh.TP, sh.Stage, len(split), end-first); err != nil {
-		return ActivationUse{}, err
+	pp := len(split) / len(sets)
+	uses := make([]stageUse, len(sets))
+	var bytes float64
+	for c := range sets {
+		vs := c*pp + sh.Stage
+		first, end := pipeline.Layers(split, vs)
+		s := &Stage{Config: sh.Config, B: sh.B, T: sh.T, rc: rc, index: vs, first: first, end: end}
+		if s.dims, err = stageDimsOf(sh.Config, sh.B*sh.T, rows, sh.TPRank, sh.TP, vs, len(split), end-first); err != nil {
+			return ActivationUse{}, err
+		}
+		uses[c] = s.countUse(attScratch)
+		if c > 0 {
+			uses[c].shared = ActivationUse{} // the rank's one working set and scratch
+		}
+		bytes += float64(uses[c].perSet.Total())*float64(sets[c]) + float64(uses[c].shared.Total())
 	}
-	s.use = s.countUse(attScratch)
 	// Every buffer is below maxBufferFloats, but a deep stage's sets
 	// together could still pass an int64.
-	if float64(s.use.perSet.Total())*float64(sh.InFlight)+float64(s.use.shared.Total()) > 1<<62 {
-		return ActivationUse{}, fmt.Errorf("model: stage %d: %d micro-batches of %d×%d tokens in flight need over 2^62 bytes of activations: use a smaller batch.micro_batch or batch.seq", sh.Stage, sh.InFlight, sh.B, sh.T)
+	if bytes > 1<<62 {
+		return ActivationUse{}, fmt.Errorf("model: stage %d: %v micro-batches of %d×%d tokens in flight need over 2^62 bytes of activations: use a smaller batch.micro_batch or batch.seq", sh.Stage, sets, sh.B, sh.T)
 	}
-	return s.use.times(sh.InFlight), nil
+	return chunkUse(uses, sets), nil
+}
+
+// shapeSets is the activation sets of each chunk of sh, a rank of a split
+// into virtual stages, or why sh cannot be a rank's.
+func shapeSets(sh StageShape, virtual int) ([]int, error) {
+	pp, err := chunkedStages(virtual, sh.Chunks)
+	if err != nil {
+		return nil, err
+	}
+	if sh.Stage < 0 || sh.Stage >= pp {
+		return nil, fmt.Errorf("model: stage %d of %d: out of range", sh.Stage, pp)
+	}
+	if max(sh.Chunks, 1) == 1 {
+		if sh.InFlight < 0 || sh.InFlight > pp-sh.Stage {
+			return nil, fmt.Errorf("model: stage %d of %d with %d micro-batches in flight: want at most %d in flight (1F1B's)",
+				sh.Stage, pp, sh.InFlight, pp-sh.Stage)
+		}
+		return []int{sh.InFlight}, nil
+	}
+	if len(sh.ChunkInFlight) != sh.Chunks {
+		return nil, fmt.Errorf("model: stage %d: %d in-flight counts for %d chunks: give one per chunk", sh.Stage, len(sh.ChunkInFlight), sh.Chunks)
+	}
+	for c, n := range sh.ChunkInFlight {
+		if n < 0 || n > pipeline.MaxMicros {
+			return nil, fmt.Errorf("model: stage %d: chunk %d with %d micro-batches in flight: want 0 to %d", sh.Stage, c, n, pipeline.MaxMicros)
+		}
+	}
+	return sh.ChunkInFlight, nil
 }
 
 // countUse counts, without allocating, one activation set and the shared

@@ -8,14 +8,11 @@ import (
 	"github.com/gtrain/gtrain/engine/tensorpar"
 )
 
-// checkPass validates a Forward's or Backward's arguments: one chunk, and
-// a buffer from the previous (next) stage exactly where there is one.
-func (s *Stage) checkPass(op string, chunk int, prev, next []float32) error {
+// checkPass validates a Forward's or Backward's arguments on one chunk: a
+// buffer from the previous (next) stage exactly where there is one.
+func (s *Stage) checkPass(op string, prev, next []float32) error {
 	n := s.dims.rows * s.Config.Embd
 	var err error
-	if chunk != 0 {
-		err = fmt.Errorf("model chunk %d: a stage runs one chunk (the interleaved schedule is not supported)", chunk)
-	}
 	for _, b := range []struct {
 		buf  []float32
 		none bool
@@ -42,11 +39,19 @@ func (s *Stage) InputLen(int) int { return s.dims.rows * s.Config.Embd }
 // same as its input's.
 func (s *Stage) OutputLen(int) int { return s.dims.rows * s.Config.Embd }
 
-// Forward runs micro-batch micro through the stage: from the embedding of
-// its tokens (first stage) or in, through the stage's blocks, into out or
-// (last stage) the loss, which Losses records.
+// Forward runs micro-batch micro through the stage's model chunk chunk (0
+// unless interleaved): from the embedding of its tokens (first virtual
+// stage) or in, through the chunk's blocks, into out or (last virtual
+// stage) the loss, which Losses records.
 func (s *Stage) Forward(ctx context.Context, chunk, micro int, in, out []float32) error {
-	if err := s.checkPass("forward", chunk, in, out); err != nil {
+	if chunk != 0 {
+		c, err := s.chunkAt("forward", chunk)
+		if err != nil {
+			return err
+		}
+		return c.Forward(ctx, 0, micro, in, out)
+	}
+	if err := s.checkPass("forward", in, out); err != nil {
 		return err
 	}
 	a, err := s.take(micro)
@@ -164,12 +169,20 @@ func (s *Stage) blockForward(ctx context.Context, lw *layerWeights, la *layerAct
 	return nil
 }
 
-// Backward runs micro-batch micro back through the stage: from its loss
-// (last stage, scaled by DLoss) or dout, through the stage's blocks, into
-// the embeddings' gradients (first stage) or din, accumulating the
-// parameters' gradients.
+// Backward runs micro-batch micro back through the stage's model chunk
+// chunk: from its loss (last virtual stage, scaled by DLoss) or dout,
+// through the chunk's blocks, into the embeddings' gradients (first
+// virtual stage) or din, accumulating the parameters' gradients.
 func (s *Stage) Backward(ctx context.Context, chunk, micro int, dout, din []float32) error {
-	if err := s.checkPass("backward", chunk, din, dout); err != nil {
+	if chunk != 0 {
+		c, err := s.chunkAt("backward", chunk)
+		if err != nil {
+			return err
+		}
+		c.DLoss = s.DLoss // the trainer sets it on the rank's Stage
+		return c.Backward(ctx, 0, micro, dout, din)
+	}
+	if err := s.checkPass("backward", din, dout); err != nil {
 		return err
 	}
 	a, ok := s.inflight[micro]

@@ -170,6 +170,24 @@ func (s Schedule) InFlight(rank int) int {
 	return min(s.Warmup(rank)+1, s.Micros*s.Chunks)
 }
 
+// ChunkInFlight is, for each of rank's model chunks, the most micro-batches
+// whose forward through that chunk rank has run and whose backward it has
+// not: the activation sets a stage that keeps them per chunk allocates
+// (model.Stage). With one chunk it is InFlight; with several their sum is
+// above InFlight, as the chunks' peaks come at different times.
+func (s Schedule) ChunkInFlight(rank int) []int {
+	cur, peak := make([]int, s.Chunks), make([]int, s.Chunks)
+	for _, op := range s.Ops(rank) {
+		if op.Pass == Backward {
+			cur[op.Chunk]--
+			continue
+		}
+		cur[op.Chunk]++
+		peak[op.Chunk] = max(peak[op.Chunk], cur[op.Chunk])
+	}
+	return peak
+}
+
 // op is rank's k-th operation of pass: micro-batches in order for one
 // chunk; with chunks, in groups of Stages micro-batches that go through
 // every chunk (forwards from the first chunk, backwards from the last)
