@@ -82,18 +82,16 @@ func (c *Communicator) setupHierarchy(ctx context.Context) (*hierarchy, error) {
 	for _, j := range mine {
 		color = min(color, j)
 	}
-	local, err := c.split(ctx, color, c.rank)
+	local, err := c.split(ctx, color, c.rank, fmt.Sprintf("%s/host%d", nameOr(c.opts.Name), color))
 	if err != nil {
 		return nil, err
 	}
-	cross, err := c.split(ctx, local.Rank(), c.rank)
+	cross, err := c.split(ctx, local.Rank(), c.rank, fmt.Sprintf("%s/across%d", nameOr(c.opts.Name), local.Rank()))
 	if err != nil {
 		local.Close()
 		return nil, err
 	}
 	cross.hier = &hierarchy{} // one rank per host: flat
-	local.opts.Name = fmt.Sprintf("%s/host%d", nameOr(c.opts.Name), color)
-	cross.opts.Name = fmt.Sprintf("%s/across%d", nameOr(c.opts.Name), local.Rank())
 	return &hierarchy{local: local, cross: cross}, nil
 }
 

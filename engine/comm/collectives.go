@@ -100,6 +100,9 @@ type call struct {
 	alg    algorithm // the algorithm, when not picked by nbytes
 	seq    uint64
 	out    *header // the header to send, when not the one expected (send_recv)
+	// Point-to-point calls, for the flight record: the peers (-1: none).
+	p2p      bool
+	to, from int
 }
 
 // collective numbers a collective and runs it.
@@ -121,6 +124,17 @@ func (c *Communicator) run(ctx context.Context, cl call, verr error, body func(*
 	}
 	if err := c.usable(); err != nil {
 		return wrap(err)
+	}
+	id := c.flight.begin(&cl, cl.dt.Size())
+	err := c.execute(ctx, cl, verr, body)
+	c.flight.end(id, err)
+	return err
+}
+
+// execute is run for a usable communicator.
+func (c *Communicator) execute(ctx context.Context, cl call, verr error, body func(*opState) error) error {
+	wrap := func(err error) error {
+		return &OpError{Comm: c.opts.Name, Rank: c.rank, Op: cl.name, Seq: int64(cl.seq), Err: err}
 	}
 	if verr == nil {
 		verr = ctx.Err()

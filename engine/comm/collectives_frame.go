@@ -137,6 +137,7 @@ func (o *opState) sendHeader(peer int) error {
 		return nil
 	}
 	o.c.sent[peer] = true
+	o.c.flight.wait(peer)
 	if err := o.c.conns[peer].Send(o.ctx, o.hdr[:]); err != nil {
 		return o.c.joinErr(o.ctx, peer, err)
 	}
@@ -150,6 +151,7 @@ func (o *opState) recvHeader(ctx context.Context, peer int) error {
 	}
 	o.c.got[peer] = true
 	b := &o.c.hdrIn[peer]
+	o.c.flight.wait(peer)
 	if err := o.c.conns[peer].Recv(ctx, b[:]); err != nil {
 		return o.c.joinErr(o.ctx, peer, err)
 	}
@@ -173,6 +175,7 @@ func (o *opState) sendRaw(ctx context.Context, peer int, b Buffer) error {
 	if len(b.b) == 0 {
 		return nil
 	}
+	o.c.flight.wait(peer)
 	if err := o.c.conns[peer].Send(ctx, b.b); err != nil {
 		return o.c.peerErr(o.ctx, peer, err)
 	}
@@ -184,6 +187,7 @@ func (o *opState) recvRaw(ctx context.Context, peer int, b Buffer) error {
 	if len(b.b) == 0 {
 		return nil
 	}
+	o.c.flight.wait(peer)
 	if err := o.c.conns[peer].Recv(ctx, b.b); err != nil {
 		return o.c.peerErr(o.ctx, peer, err)
 	}

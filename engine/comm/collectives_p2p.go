@@ -36,7 +36,7 @@ func (c *Communicator) SendRecv(ctx context.Context, send Buffer, to int, recv B
 // selfSendRecv is a SendRecv from this rank to itself: a copy.
 func (c *Communicator) selfSendRecv(ctx context.Context, m p2p) error {
 	verr := errors.Join(checkDType(m.send), checkSame(m.send, m.recv), checkLen("recv", m.recv, m.send.Len()), checkBlock(m.send, m.recv, m.send))
-	cl := call{name: "send_recv", kind: kSend, root: -1, dt: m.send.dt, count: m.send.Len()}
+	cl := call{name: "send_recv", kind: kSend, root: -1, dt: m.send.dt, count: m.send.Len(), p2p: true, to: c.rank, from: c.rank}
 	return c.run(ctx, cl, verr, func(*opState) error {
 		copyInto(m.recv, m.send)
 		return nil
@@ -62,7 +62,13 @@ func (c *Communicator) sendRecv(ctx context.Context, m p2p) error {
 	if m.sending && m.receiving && m.to == c.rank && m.from == c.rank {
 		return c.selfSendRecv(ctx, m)
 	}
-	cl := call{name: "send_recv", kind: kSend, root: -1}
+	cl := call{name: "send_recv", kind: kSend, root: -1, p2p: true, to: -1, from: -1}
+	if m.sending {
+		cl.to = m.to
+	}
+	if m.receiving {
+		cl.from = m.from
+	}
 	var verr error
 	if m.sending {
 		verr = errors.Join(c.checkPeer(m.to), checkDType(m.send))

@@ -63,6 +63,7 @@ type Communicator struct {
 	conns      []Conn
 	shm        []*shmConn // the links, when every one is shared memory (all ranks on this host); else nil
 	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
+	flight     flightRecorder
 
 	mu          sync.Mutex
 	queue       []*Handle
@@ -86,6 +87,17 @@ type Communicator struct {
 // all links are up, or fails after Options.Timeout naming the peers that
 // did not come. The Communicator does not own tr: Close leaves it open.
 func New(ctx context.Context, rank, size int, tr Transport, opts Options) (*Communicator, error) {
+	c, err := newComm(ctx, rank, size, tr, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.register()
+	return c, nil
+}
+
+// newComm is New without adding the communicator to FlightRecords' list:
+// Split adds its groups once it has told them their world ranks.
+func newComm(ctx context.Context, rank, size int, tr Transport, opts Options) (*Communicator, error) {
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("comm: new: rank %d out of range for size %d", rank, size)
 	}
@@ -172,6 +184,7 @@ func (c *Communicator) WorldRank(r int) int {
 // Close closes the communicator's links; pending and later operations fail
 // with ErrClosed. It does not close the Transport.
 func (c *Communicator) Close() error {
+	c.unregister()
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -29,16 +29,24 @@ type GroupTransport interface {
 // "<name>/<color>" and Hosts mapped to its ranks, and opens its own links
 // (see GroupTransport), so it can run concurrently with this one.
 func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator, error) {
+	return c.SplitNamed(ctx, "", color, key)
+}
+
+// SplitNamed is Split with the new communicator's Name ("tp", "dp", …), so
+// that its errors and flight record say which group it is: groups of
+// different kinds that start at the same rank otherwise read alike. An
+// empty name is Split's "<name>/<color>".
+func (c *Communicator) SplitNamed(ctx context.Context, name string, color, key int) (*Communicator, error) {
 	var child *Communicator
 	err := c.do(func() error {
 		var err error
-		child, err = c.split(ctx, color, key)
+		child, err = c.split(ctx, color, key, name)
 		return err
 	})
 	return child, err
 }
 
-func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator, error) {
+func (c *Communicator) split(ctx context.Context, color, key int, name string) (*Communicator, error) {
 	seq := c.seq
 	all, err := c.exchangeColors(ctx, color, key)
 	if err != nil {
@@ -61,9 +69,13 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		}
 	}
 	slices.SortStableFunc(members, func(a, b int) int { return cmp.Compare(all[2*a+1], all[2*b+1]) })
-	child, err := New(ctx, slices.Index(members, c.rank), len(members), &groupView{
+	opts := c.childOptions(color, members)
+	if name != "" {
+		opts.Name = name
+	}
+	child, err := newComm(ctx, slices.Index(members, c.rank), len(members), &groupView{
 		gt: gt, tag: fmt.Sprintf("%s/%d/%d", c.tag, seq, color), members: members,
-	}, c.childOptions(color, members))
+	}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +84,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 	for i, m := range members {
 		child.world[i] = c.WorldRank(m)
 	}
+	child.register()
 	return child, nil
 }
 

@@ -11,9 +11,11 @@ import (
 
 // split makes the four groups, in the same order on every rank (each Split
 // is a collective over the world). A group's color is the world rank of its
-// rank 0, so the sub-communicator's name ("<world>/<color>") says where the
-// group starts; its key is the coordinate along the group's axis, which
-// makes the group rank equal to the coordinate.
+// rank 0; its key is the coordinate along the group's axis, which makes the
+// group rank equal to the coordinate. Each group is named after its kind
+// (tp, pp, dp, embedding), so that errors and flight records say which
+// group a call belongs to: by color alone a TP and a PP group starting at
+// the same rank read alike (their world ranks tell groups of a kind apart).
 func (gs *Groups) split(ctx context.Context) error {
 	c, g := gs.Coord, gs.Grid
 	for _, s := range []struct {
@@ -33,7 +35,7 @@ func (gs *Groups) split(ctx context.Context) error {
 		if s.inNoGroup {
 			color = -1 // Split's "no group": this rank still takes part in the exchange
 		}
-		sub, err := gs.World.Split(ctx, color, s.key)
+		sub, err := gs.World.SplitNamed(ctx, s.name, color, s.key)
 		if err != nil {
 			return fmt.Errorf("parallel: new: split the %s group of rank %d (dp=%d pp=%d tp=%d): %w",
 				s.name, gs.World.Rank(), c.DP, c.PP, c.TP, err)

@@ -178,6 +178,9 @@ func checkRank(t *testing.T, g planner.Grid, r int, gs *Groups, sums map[string]
 		if !slices.Equal(got, want) || sub.Rank() != wantRank[name] {
 			t.Errorf("rank %d: %s group %v with rank %d, want %v with rank %d", r, name, got, sub.Rank(), want, wantRank[name])
 		}
+		if sub.Name() != name { // errors and flight records name the group by its kind
+			t.Errorf("rank %d: the %s group is named %q", r, name, sub.Name())
+		}
 		var sum, set int
 		for _, m := range want {
 			sum, set = sum+m, set|1<<m
