@@ -65,7 +65,9 @@ func RunRank(ctx context.Context, o RankOptions) (err error) {
 		return err
 	}
 	env.StopAfter = failAt
+	endDumps := o.armDumps(env)
 	res, err := Run(ctx, spec, env)
+	endDumps(err)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,11 @@ const (
 	// own cores, or its share of a NUMA node's. The built-in engine runs
 	// that many compute threads.
 	CPUs = "GTRAIN_CPUS"
+	// DumpDir is where a built-in engine rank writes rank-R.hang.json (its
+	// flight record, internal/flightrec) and rank-R.stacks.txt when it gets
+	// the dump signal (SIGUSR2) or a collective of it fails: the attempt's
+	// log directory, set by the launcher with --log-dir.
+	DumpDir = "GTRAIN_DUMP_DIR"
 )
 
 // Variables a user may set for the built-in engine's ranks (with --env or in
