@@ -294,6 +294,12 @@ type Handle struct {
 // its buffers stay in use until Done is closed.
 func (h *Handle) Wait(ctx context.Context) error {
 	select {
+	case <-h.done: // finished while the caller computed: no time blocked
+		return h.err
+	default:
+	}
+	defer countBlocked(time.Now())
+	select {
 	case <-h.done:
 		return h.err
 	case <-ctx.Done():
@@ -322,6 +328,7 @@ func (c *Communicator) async(run func() error) *Handle {
 // queued or executing (no goroutine hand-off on the latency path), else
 // queued behind the earlier operations.
 func (c *Communicator) do(run func() error) error {
+	defer countBlocked(time.Now())
 	c.mu.Lock()
 	if c.busy {
 		c.mu.Unlock()

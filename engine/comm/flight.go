@@ -111,6 +111,21 @@ func (f *flightRecorder) snapshot() flightrec.Group {
 	return g
 }
 
+// blocked is the time this process's callers have spent blocked in
+// operations (BlockedTime).
+var blocked atomic.Int64
+
+func countBlocked(since time.Time) { blocked.Add(int64(time.Since(since))) }
+
+// BlockedTime returns how long the callers of this process's communicators
+// have been blocked in their operations, in total: the blocking calls and
+// Handle.Wait, not the asynchronous operations that ran while the caller
+// computed. A step's time less its growth is the rank's own work, which
+// tells a straggler from the ranks that wait for it (in a synchronous job
+// every rank's step takes the same time). A process of one rank is
+// assumed: in-process tests share the count.
+func BlockedTime() time.Duration { return time.Duration(blocked.Load()) }
+
 // live holds the open communicators of this process, for FlightRecords.
 var live struct {
 	sync.Mutex

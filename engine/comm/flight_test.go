@@ -177,3 +177,33 @@ func BenchmarkFlightRecord(b *testing.B) {
 		f.end(id, nil)
 	}
 }
+
+// TestBlockedTime: a rank blocked in a barrier for a while adds at least
+// that while to BlockedTime.
+func TestBlockedTime(t *testing.T) {
+	ctx := context.Background()
+	comms := newWorld(t, 2, Options{Name: "blocked", Timeout: time.Minute})
+	before := BlockedTime()
+	done := make(chan error, 1)
+	go func() { done <- comms[0].Barrier(ctx) }()
+	deadline := time.Now().Add(30 * time.Second) // a backstop
+	for g := comms[0].FlightRecord(); len(g.Ops) == 0; g = comms[0].FlightRecord() {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0's barrier did not start in 30s")
+		}
+		time.Sleep(time.Millisecond) // polling for a state, not waiting for one
+	}
+	const held = 20 * time.Millisecond
+	for start := time.Now(); time.Since(start) < held; { // rank 0 is blocked all along
+		time.Sleep(time.Millisecond)
+	}
+	if err := comms[1].Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := BlockedTime() - before; got < held {
+		t.Errorf("BlockedTime grew by %v, want at least %v", got, held)
+	}
+}

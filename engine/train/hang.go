@@ -121,6 +121,9 @@ func (o RankOptions) armDumps(env Env) func(error) {
 	d := &HangDumper{Dir: dir, Rank: env.Rank, Host: env.Host}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, DumpSignal)
+	if env.Status != nil { // the launcher signals only ranks that say they take it
+		fmt.Fprintf(env.Status, "{\"dump_signal\":%q}\n", "SIGUSR2")
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -132,5 +134,32 @@ func TestArmDumpsSignal(t *testing.T) {
 	end(nil) // waits for the handler: warned is safe to read after
 	if len(warned) != 1 || !strings.Contains(warned[0], path) {
 		t.Errorf("warnings %q, want one naming %s", warned, path)
+	}
+}
+
+// TestStatusWaitMillis: a data-parallel rank's status records say how
+// much of each step it spent blocked in collectives: some, and never more
+// than the step.
+func TestStatusWaitMillis(t *testing.T) {
+	const n = 2
+	bufs := make([]bytes.Buffer, n)
+	runRanks(t, dpSpec(0, n), n, func(e *Env) { e.Status = &bufs[e.Rank] })
+	for r := range n {
+		var recs int
+		var waited float64
+		for line := range strings.Lines(bufs[r].String()) {
+			var rec Record
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("rank %d: %v: %s", r, err, line)
+			}
+			if rec.WaitMillis < 0 || rec.WaitMillis > rec.StepMillis {
+				t.Errorf("rank %d step %d: comm_wait_ms %v outside [0, step_ms %v]", r, rec.Step, rec.WaitMillis, rec.StepMillis)
+			}
+			recs++
+			waited += rec.WaitMillis
+		}
+		if recs == 0 || waited == 0 {
+			t.Errorf("rank %d: %d records, %v ms blocked in all: want records, and blocking in the all-reduces", r, recs, waited)
+		}
 	}
 }

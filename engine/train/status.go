@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -27,6 +28,11 @@ type Record struct {
 	Skipped    bool      `json:"skipped,omitempty"`    // fp16 overflow: the update was skipped
 	NonFinite  bool      `json:"non_finite,omitempty"` // a value above is NaN or infinite (written as a string)
 	StepMillis float64   `json:"step_ms"`
+	// WaitMillis is the part of StepMillis this rank spent blocked in
+	// collectives (comm.BlockedTime). Every rank of a synchronous job takes
+	// as long per step, so the launcher finds a straggler by its own work,
+	// StepMillis less WaitMillis: the others wait for it.
+	WaitMillis float64   `json:"comm_wait_ms"`
 	TokensPerS float64   `json:"tokens_per_s"`
 	Memory     MemoryUse `json:"memory"`
 	// Coord is the rank's place in a tensor- and pipeline-parallel layout
@@ -173,6 +179,10 @@ func (t *Trainer) record(step int, o stepOutcome, elapsed time.Duration, tokens 
 		TokensPerS: float64(tokens) / max(elapsed.Seconds(), 1e-9),
 		Memory:     t.Memory(),
 	}
+	wait := comm.BlockedTime()
+	// min: the first step's growth holds the setup's collectives too.
+	r.WaitMillis = min(float64((wait-t.commWait).Microseconds())/1000, r.StepMillis)
+	t.commWait = wait
 	if t.spec.Precision == "fp16" {
 		r.LossScale = t.scaler().LossScale()
 	}

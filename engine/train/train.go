@@ -85,6 +85,8 @@ type Trainer struct {
 	step    int             // steps completed
 	runCtx  context.Context // Run's, for the collectives of checkpoints
 	saved   string          // the newest checkpoint this run saved or resumed from
+	// commWait is comm.BlockedTime at the last status record.
+	commWait time.Duration
 }
 
 // ctx is the context of the run in progress.
