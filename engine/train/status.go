@@ -18,16 +18,16 @@ import (
 // "-Infinity", and the record says "non_finite": true. Readers that parse a
 // number with float() (Python) or Number() (JavaScript) accept both forms.
 type Record struct {
-	Step       int       `json:"step"`
-	Steps      int       `json:"steps"`
-	Loss       float32   `json:"loss"`
-	ValLoss    *float32  `json:"val_loss,omitempty"`
-	LR         float64   `json:"lr"`
-	GradNorm   float64   `json:"grad_norm"`
-	LossScale  float64   `json:"loss_scale,omitempty"` // fp16 only
-	Skipped    bool      `json:"skipped,omitempty"`    // fp16 overflow: the update was skipped
-	NonFinite  bool      `json:"non_finite,omitempty"` // a value above is NaN or infinite (written as a string)
-	StepMillis float64   `json:"step_ms"`
+	Step       int      `json:"step"`
+	Steps      int      `json:"steps"`
+	Loss       float32  `json:"loss"`
+	ValLoss    *float32 `json:"val_loss,omitempty"`
+	LR         float64  `json:"lr"`
+	GradNorm   float64  `json:"grad_norm"`
+	LossScale  float64  `json:"loss_scale,omitempty"` // fp16 only
+	Skipped    bool     `json:"skipped,omitempty"`    // fp16 overflow: the update was skipped
+	NonFinite  bool     `json:"non_finite,omitempty"` // a value above is NaN or infinite (written as a string)
+	StepMillis float64  `json:"step_ms"`
 	// WaitMillis is the part of StepMillis this rank spent blocked in
 	// collectives (comm.BlockedTime). Every rank of a synchronous job takes
 	// as long per step, so the launcher finds a straggler by its own work,
