@@ -220,6 +220,8 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 				kill = a.stop(a.asg.Grace(), stopSignalOf(c.Signal))
 			case proto.CommandKill:
 				kill = a.stop(0, syscall.SIGKILL)
+			case proto.CommandDump:
+				a.signalRanks(c.Ranks, syscall.SIGUSR2)
 			}
 		case <-kill:
 			kill = nil

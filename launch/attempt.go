@@ -67,6 +67,8 @@ type attempt struct {
 	roundErr chan error  // the membership round did not close
 
 	joinDeadline <-chan time.Time // every agent must have joined by then
+
+	hang *hangState // the watch for hangs and stragglers (hang.go)
 }
 
 func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
@@ -75,6 +77,8 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 	for range p.Hosts {
 		a.agents = append(a.agents, &agentState{})
 	}
+	a.newHang()
+	defer a.hang.stopT()
 	if rt.LogDir != "" {
 		closeLogs, err := a.openLogDir()
 		if err != nil {
@@ -101,6 +105,8 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 		go a.waitRound(ctx, rdzv)
 	}
 	a.loop(ctx, msgs)
+	a.reportDumps()
+	a.summarizeStragglers()
 	for _, g := range a.agents {
 		_ = g.conn.Close()
 	}
@@ -135,6 +141,7 @@ func (a *attempt) startAgents(ctx context.Context, msgs chan<- agentMsg) error {
 	for i, h := range a.p.Hosts {
 		wg.Go(func() {
 			asg := a.p.Assignment(i, a.n)
+			asg.Env = a.withDumpEnv(asg.Env)
 			if a.rt.usesRendezvous() {
 				asg.Rendezvous = a.rendezvousFor(h)
 			}
@@ -242,6 +249,10 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 		case <-a.deadline:
 			a.deadline = nil
 			a.killAll()
+		case now := <-a.hang.tick:
+			a.checkHang(ctx, now)
+		case e := <-a.hang.reports:
+			a.hangReported(e)
 		}
 	}
 }
@@ -257,6 +268,7 @@ func (a *attempt) killAll() {
 
 // handle passes an agent event to the views and reacts to failures.
 func (a *attempt) handle(ev proto.Event) {
+	a.observeHang(ev)
 	switch ev.Type {
 	case proto.EventError:
 		// Agent problems are for the user: show them as notices. The last

@@ -31,6 +31,14 @@ type Runtime struct {
 	// RestartWait is the wait before the first restart (default 1s); it
 	// doubles for each restart after it, up to RestartWaitMax (default 30s).
 	RestartWait, RestartWaitMax time.Duration
+	// HangTimeout: a rank that reported a step and then none for this long,
+	// while its process lives, makes every rank dump its flight record
+	// (into LogDir), and the job stop with a *HangError naming whom the
+	// ranks wait for (hang.go). 0: off.
+	HangTimeout time.Duration
+	// StragglerFactor marks a rank whose own work per step stays above this
+	// many times the job's median (straggler.go). ≤ 1: off.
+	StragglerFactor float64
 }
 
 // Run executes the job: it starts one agent per host, streams their events
@@ -77,13 +85,14 @@ func (rt *Runtime) setDefaults() {
 }
 
 // restartable says whether a failed attempt is worth another: a rank failed
-// or a host was lost. Interrupts, usage errors and start failures are not.
+// or a host was lost, or hung. Interrupts, usage errors and start failures are not.
 func restartable(err error) bool {
 	var (
 		rf   *RankFailedError
 		lost *AgentLostError
+		hang *HangError
 	)
-	return errors.As(err, &rf) || errors.As(err, &lost)
+	return errors.As(err, &rf) || errors.As(err, &lost) || errors.As(err, &hang)
 }
 
 // restartWait is the wait before restart n+1: RestartWait doubled for each

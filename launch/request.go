@@ -44,6 +44,10 @@ type Request struct {
 	JoinTimeout    time.Duration
 	RendezvousBind string
 	RendezvousHost string
+	// HangTimeout and StragglerFactor are Runtime's (--hang-timeout,
+	// --straggler-factor).
+	HangTimeout     time.Duration
+	StragglerFactor float64
 }
 
 // Workload is what a job's ranks run: the command line's command, or what
@@ -83,7 +87,7 @@ func (r *Request) Check(nproc int) error {
 	case r.JoinTimeout < 0:
 		return usage.Errorf("run: --join-timeout %v: must not be negative", r.JoinTimeout)
 	}
-	return nil
+	return r.checkWatch()
 }
 
 // Nodes returns the hosts and slots to run on: from the hostfile and its
@@ -189,7 +193,8 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
 	}}
 	return Run(ctx, job, Runtime{Transport: &Mux{Local: local, Remote: remote}, View: view, LogDir: r.LogDir, Abort: abort,
-		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost})
+		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
+		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor})
 }
 
 // RankInfos are the job's ranks as the status model lists them.

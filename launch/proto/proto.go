@@ -48,6 +48,10 @@ const (
 const (
 	EventNotice    = "notice"     // a message from gtrain for the user (Message)
 	EventJobExited = "job_exited" // the job is over: Code is gtrain's exit code, Message why
+	// EventStraggler marks Rank as a straggler (Message: by how much);
+	// EventStragglerEnd takes the mark away.
+	EventStraggler    = "straggler"
+	EventStragglerEnd = "straggler_end"
 )
 
 // Command types written by the launcher after the Assignment.
@@ -63,6 +67,11 @@ const (
 	CommandStart = "start"
 	// CommandHeartbeat tells the agent the launcher is alive.
 	CommandHeartbeat = "heartbeat"
+	// CommandDump asks the agent to send the dump signal (SIGUSR2) to the
+	// processes of Ranks, which announced that they take it: each writes its
+	// flight record and stacks. Only those: SIGUSR2 kills a program that
+	// does not handle it. An agent that does not know it ignores it.
+	CommandDump = "dump"
 )
 
 // Assignment is what the launcher tells one node agent to run: its ranks, their environment and command, and how to meet the others.
@@ -131,6 +140,8 @@ type Command struct {
 	// preemption signal the launcher received ("SIGUSR1"), forwarded to the
 	// ranks. An agent that does not know it sends SIGTERM.
 	Signal string `json:"signal,omitempty"`
+	// Ranks are, for dump, the ranks to signal.
+	Ranks []int `json:"ranks,omitempty"`
 }
 
 // Event is a message from an agent to the launcher. Which fields are set

@@ -64,6 +64,9 @@ type RankState struct {
 	LR             *float64 // learning rate from status records; nil until reported
 	Throughput     string   // e.g. "12.3k tok/s" or "45.0 samples/s"
 	Message        string   // error message from rank_exited (error file) or from an error event that kept it from starting
+	// Straggler is why the launcher marks the rank as slower than the
+	// others (a straggler event); "" when it is not.
+	Straggler string
 }
 
 // Model is the job state built from events. It is safe for concurrent use.
@@ -99,7 +102,7 @@ func (m *Model) Apply(ev proto.Event) {
 	}
 	switch ev.Type {
 	case proto.EventRankStarted, proto.EventLog, proto.EventStatus,
-		proto.EventRankExited, proto.EventError:
+		proto.EventRankExited, proto.EventError, proto.EventStraggler, proto.EventStragglerEnd:
 	default:
 		return
 	}
@@ -119,6 +122,10 @@ func (m *Model) Apply(ev proto.Event) {
 		}
 	case proto.EventStatus:
 		applyStatus(r, ev.Status)
+	case proto.EventStraggler:
+		r.Straggler = ev.Message
+	case proto.EventStragglerEnd:
+		r.Straggler = ""
 	case proto.EventRankExited:
 		r.Ended, r.Code, r.Signal, r.Message = at, ev.Code, ev.Signal, ev.Message
 		r.State = exitState(ev)

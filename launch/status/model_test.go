@@ -181,3 +181,25 @@ func TestModelApplyStarted(t *testing.T) {
 		t.Errorf("rank = %+v, want running pid 7", r)
 	}
 }
+
+// TestModelStraggler: a straggler event marks the rank ("running (slow)"
+// in the table), its end takes the mark away, and an ended rank shows its
+// end, not the mark.
+func TestModelStraggler(t *testing.T) {
+	m := NewModel([]RankInfo{{Rank: 0, Host: "w0"}})
+	m.Apply(started(0, 42, 0))
+	m.Apply(proto.Event{V: 1, Type: proto.EventStraggler, Time: t0, Host: "w0", Rank: 0, Message: "2.0× the median"})
+	r := m.Ranks()[0]
+	if r.Straggler != "2.0× the median" || stateCell(r) != "running (slow)" {
+		t.Errorf("marked: straggler %q, state cell %q", r.Straggler, stateCell(r))
+	}
+	m.Apply(proto.Event{V: 1, Type: proto.EventStragglerEnd, Time: t0, Host: "w0", Rank: 0})
+	if r := m.Ranks()[0]; r.Straggler != "" || stateCell(r) != "running" {
+		t.Errorf("unmarked: straggler %q, state cell %q", r.Straggler, stateCell(r))
+	}
+	m.Apply(proto.Event{V: 1, Type: proto.EventStraggler, Time: t0, Host: "w0", Rank: 0, Message: "slow"})
+	m.Apply(exited(0, 1, "", false, 5))
+	if got := stateCell(m.Ranks()[0]); got != "failed (1)" {
+		t.Errorf("an ended straggler's state cell %q, want failed (1)", got)
+	}
+}

@@ -150,6 +150,8 @@ func rowCells(r RankState, now time.Time) []string {
 func stateCell(r RankState) string {
 	s := r.State.String()
 	switch {
+	case r.State == Running && r.Straggler != "":
+		return s + " (slow)" // a word, not a colour: the table must read without one
 	case !r.State.Ended() || r.State == Exited:
 		return s
 	case r.Signal != "":
