@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-plan
+.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -81,6 +81,11 @@ bench-train: build
 # PyTorch's single process, DDP and DDP + ZeroRedundancyOptimizer over gloo.
 bench-dp: build
 	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/dp.sh --install --write 5
+
+# The small preset on 1 rank, DP2, TP2, PP2 and the 4-rank layouts, measured
+# (3 interleaved runs, medians) beside the planner's prediction for each.
+bench-grid: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/grid.sh --write 3
 
 # Planner search time: the 1T model on 3072 GPUs, 5 runs, medians.
 bench-plan:

@@ -32,8 +32,9 @@ type AutoChoice struct {
 
 // AutoLayout is `gtrain run --auto`: it lays spec out for the ranks of
 // nodes (every host assumed to be like this one: its memory as the memory
-// check counts it, HostCapacity, and its cores) with the planner, and
-// returns spec with the fastest layout that fits.
+// check counts it, HostCapacity, its cores, and its speed at the engine's
+// kernels, MeasureCPU) with the planner, and returns spec with the fastest
+// layout that fits.
 func AutoLayout(spec Spec, nodes []hostfiles.Node) (Spec, AutoChoice, error) {
 	mem, _, ok := HostCapacity()
 	if !ok {
@@ -43,7 +44,7 @@ func AutoLayout(spec Spec, nodes []hostfiles.Node) (Spec, AutoChoice, error) {
 	for i, n := range nodes {
 		ranks[i] = len(n.SlotIDs)
 	}
-	return autoSpec(spec, planner.CPUTopology(ranks, int64(mem), runtime.NumCPU()))
+	return autoSpec(spec, MeasureCPU().Topology(ranks, int64(mem), runtime.NumCPU()))
 }
 
 // autoSpec searches every layout of spec on top that the engine runs and
