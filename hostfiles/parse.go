@@ -31,6 +31,27 @@ func ReadFile(ctx context.Context, path string) ([]Host, error) {
 // A file larger than [MaxFileSize], with more than [MaxHosts] hosts or more
 // than [MaxFileSlots] slots is refused.
 func Parse(name string, r io.Reader) ([]Host, error) {
+	return ParseSlots(name, r, nil)
+}
+
+// SlotsFunc gives a host whose line has no slot count its slots: gtrain run
+// --nproc-per-node gpu|auto counts them on the host, as torchrun does on
+// each node. Its error is the line's.
+type SlotsFunc func(h Host) (int, error)
+
+// ReadFileSlots is [ReadFile] where a host line without a slot count takes
+// slotsFor's instead of being an error; every other rule stays.
+func ReadFileSlots(ctx context.Context, path string, slotsFor SlotsFunc) ([]Host, error) {
+	b, err := userfile.Read(ctx, path, MaxFileSize)
+	if err != nil {
+		return nil, userfile.Prefix(ctx, "hostfiles", err)
+	}
+	return ParseSlots(path, bytes.NewReader(b), slotsFor)
+}
+
+// ParseSlots is [Parse] with slotsFor as in [ReadFileSlots]; nil keeps a
+// line without a slot count an error.
+func ParseSlots(name string, r io.Reader, slotsFor SlotsFunc) ([]Host, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("hostfiles: read %s: %w", name, err)
@@ -44,6 +65,9 @@ func Parse(name string, r io.Reader) ([]Host, error) {
 	slots := 0
 	for i, line := range strings.Split(text, "\n") {
 		h, ok, err := parseLine(line)
+		if errors.Is(err, errNoSlots) && slotsFor != nil {
+			ok, err = true, slotsOf(&h, slotsFor)
+		}
 		if err != nil {
 			return nil, &ParseError{File: name, Line: i + 1, Msg: err.Error()}
 		}
@@ -133,7 +157,8 @@ func parseHost(fields []string) (Host, error) {
 	case spec.hasSuffix:
 		return Host{}, fmt.Errorf("missing slots= for %q (with other fields, host:X is host:port): add slots=N", fields[0])
 	default:
-		return Host{}, fmt.Errorf("missing slot count for %q: add slots=N, like %q", fields[0], fields[0]+" slots=8")
+		h.MaxSlots = kv.maxSlots
+		return h, fmt.Errorf("missing slot count for %q: add slots=N, like %q%w", fields[0], fields[0]+" slots=8", errNoSlots)
 	}
 	if kv.hasMax {
 		if kv.maxSlots < h.Slots {
@@ -307,4 +332,28 @@ func parseDigits(s string) (int, error) {
 		}
 	}
 	return strconv.Atoi(s)
+}
+
+// errNoSlots marks a line that names a host without its slot count (its
+// message is the line's error's; it adds nothing to it).
+var errNoSlots = noSlotsError{}
+
+type noSlotsError struct{}
+
+func (noSlotsError) Error() string { return "" }
+
+// slotsOf gives h the slots slotsFor counts, within the bounds of a
+// line's slots= and its own max_slots=.
+func slotsOf(h *Host, slotsFor SlotsFunc) error {
+	n, err := slotsFor(*h)
+	switch {
+	case err != nil:
+		return err
+	case n < 1 || n > MaxSlotsPerHost:
+		return fmt.Errorf("%q has %d slots by --nproc-per-node: want 1 to %d; add slots=N", h.Name, n, MaxSlotsPerHost)
+	case h.MaxSlots != 0 && n > h.MaxSlots:
+		return fmt.Errorf("%q has %d slots by --nproc-per-node, more than its max_slots=%d: add slots=N", h.Name, n, h.MaxSlots)
+	}
+	h.Slots = n
+	return nil
 }
