@@ -37,19 +37,28 @@ const HangReportFile = "hang-report.txt"
 // --hang-timeout while its process lived. Report is the analysis of the
 // ranks' flight records: which rank the others wait for, in which call.
 type HangError struct {
+	// Rank is the rank the others wait for when the flight records name
+	// one (Blamed), else the first rank seen to stall: in a synchronous
+	// job they all stall together.
 	Rank    int
 	Host    string
-	Step    int64 // the last step it reported
+	Blamed  bool
+	Step    int64 // the last step the stalled rank reported
 	Timeout time.Duration
 	Report  string // empty when no log directory held flight records
 	Dir     string // where the flight records and the report are; "" without --log-dir
 }
 
-// Error is "launch: hang: rank R (host H) made no step after step S for D"
-// with the report's lines below it.
+// Error is "launch: hang: no step for D after step S; the ranks wait for
+// rank R (host H)" (or, with no rank to blame, "rank R (host H) made no
+// step after step S for D"), with the report's lines below it.
 func (e *HangError) Error() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "launch: hang: rank %d (host %s) made no step after step %d for %v", e.Rank, e.Host, e.Step, e.Timeout)
+	if e.Blamed {
+		fmt.Fprintf(&sb, "launch: hang: no step for %v after step %d; the ranks wait for rank %d (host %s)", e.Timeout, e.Step, e.Rank, e.Host)
+	} else {
+		fmt.Fprintf(&sb, "launch: hang: rank %d (host %s) made no step after step %d for %v", e.Rank, e.Host, e.Step, e.Timeout)
+	}
 	if e.Report != "" {
 		sb.WriteString("; the flight records say:\n")
 		sb.WriteString(strings.TrimRight(e.Report, "\n"))
@@ -226,7 +235,12 @@ func (a *attempt) checkHang(ctx context.Context, now time.Time) {
 	hosts := a.rankHosts()
 	go func() {
 		if h.dir != "" {
-			e.Report = collectReport(ctx, h.dir, ranks, hosts)
+			rep := collectReport(ctx, h.dir, ranks, hosts)
+			e.Report = rep.String()
+			if len(rep.Culprits) == 1 {
+				c := rep.Culprits[0]
+				e.Rank, e.Host, e.Blamed = c.Rank, c.Host, true
+			}
 		}
 		h.reports <- e
 	}()
@@ -255,38 +269,56 @@ func (a *attempt) reportDumps() {
 	if len(names) == 0 {
 		return
 	}
-	rep := analyzeDir(h.dir, a.rankHosts())
+	rep := analyzeDir(h.dir, a.rankHosts()).String()
 	path := filepath.Join(h.dir, HangReportFile)
 	_ = atomicfile.Write(path, func(w io.Writer) error { _, err := io.WriteString(w, rep); return err })
 	notice(a.view, "ranks wrote flight records when their collectives failed; they say:\n"+strings.TrimRight(rep, "\n")+"\n(report: "+path+")")
 }
 
-// collectReport waits (at most hangDumpWait, or until ctx ends) for the
-// flight records of ranks in dir, then analyses whatever is there.
-func collectReport(ctx context.Context, dir string, ranks []int, hosts []string) string {
+// collectReport waits for the flight records of ranks in dir, then
+// analyses whatever is there. A live rank answers the signal at once, a
+// stopped one never: the wait ends when every record is there, hangDumpSettle
+// after the first one came, at hangDumpWait, or when ctx ends.
+func collectReport(ctx context.Context, dir string, ranks []int, hosts []string) flightrec.Report {
 	deadline := time.NewTimer(hangDumpWait)
 	defer deadline.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
-	for !allDumped(dir, ranks) {
+	var settle <-chan time.Time
+	for {
+		n := dumped(dir, ranks)
+		if n == len(ranks) {
+			break
+		}
+		if n > 0 && settle == nil {
+			settle = time.After(hangDumpSettle)
+		}
 		select {
 		case <-ctx.Done():
-			return analyzeDir(dir, hosts)
 		case <-deadline.C:
-			return analyzeDir(dir, hosts)
+		case <-settle:
 		case <-poll.C:
+			continue
 		}
+		break
 	}
 	return analyzeDir(dir, hosts)
 }
 
-func allDumped(dir string, ranks []int) bool {
+// hangDumpSettle is how long the other ranks have to write their records
+// once one has: plenty for a live process, which writes them in
+// milliseconds, even on a loaded machine.
+const hangDumpSettle = 5 * time.Second
+
+// dumped counts the ranks whose flight record is in dir.
+func dumped(dir string, ranks []int) int {
+	n := 0
 	for _, r := range ranks {
-		if _, err := os.Stat(dumpPath(dir, r)); err != nil {
-			return false
+		if _, err := os.Stat(dumpPath(dir, r)); err == nil {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 func dumpPath(dir string, rank int) string {
@@ -294,8 +326,8 @@ func dumpPath(dir string, rank int) string {
 }
 
 // analyzeDir reads every rank's flight record in dir (a record that does
-// not decode is left out, with a line saying why) and analyses them.
-func analyzeDir(dir string, hosts []string) string {
+// not decode is left out, and named in Report.Unreadable) and analyses them.
+func analyzeDir(dir string, hosts []string) flightrec.Report {
 	var dumps []*flightrec.Dump
 	var bad []string
 	for r := range hosts {
@@ -310,10 +342,8 @@ func analyzeDir(dir string, hosts []string) string {
 		}
 		dumps = append(dumps, d)
 	}
-	rep := flightrec.Analyze(len(hosts), hosts, dumps).String()
-	for _, b := range bad {
-		rep += "unreadable flight record " + b + "\n"
-	}
+	rep := flightrec.Analyze(len(hosts), hosts, dumps)
+	rep.Unreadable = bad
 	return rep
 }
 

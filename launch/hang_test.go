@@ -141,15 +141,15 @@ func TestCheckWatch(t *testing.T) {
 }
 
 func TestHangErrorMessage(t *testing.T) {
-	e := &HangError{Rank: 2, Host: "b", Step: 12, Timeout: 3 * time.Second, Report: "ranks 0,1,3 wait in all_reduce #40\n", Dir: "/logs/x/attempt-1"}
-	want := "launch: hang: rank 2 (host b) made no step after step 12 for 3s; the flight records say:\nranks 0,1,3 wait in all_reduce #40\nflight records, goroutine stacks and this report: /logs/x/attempt-1"
+	e := &HangError{Rank: 2, Host: "b", Blamed: true, Step: 12, Timeout: 3 * time.Second, Report: "ranks 0,1,3 wait in all_reduce #40\n", Dir: "/logs/x/attempt-1"}
+	want := "launch: hang: no step for 3s after step 12; the ranks wait for rank 2 (host b); the flight records say:\nranks 0,1,3 wait in all_reduce #40\nflight records, goroutine stacks and this report: /logs/x/attempt-1"
 	if e.Error() != want {
 		t.Errorf("got\n%s\nwant\n%s", e.Error(), want)
 	}
 	if !restartable(e) {
 		t.Error("a hang is not restartable")
 	}
-	if got := (&HangError{Rank: 0, Host: "a", Timeout: time.Minute}).Error(); !strings.Contains(got, "run with --log-dir") {
+	if got := (&HangError{Rank: 0, Host: "a", Step: 3, Timeout: time.Minute}).Error(); !strings.HasPrefix(got, "launch: hang: rank 0 (host a) made no step after step 3 for 1m0s") || !strings.Contains(got, "run with --log-dir") {
 		t.Errorf("without a log dir: %s", got)
 	}
 }

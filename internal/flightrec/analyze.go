@@ -13,6 +13,9 @@ type Report struct {
 	Missing  []int     // world ranks that wrote no record
 	Waits    []Wait    // every call some rank is stuck in, with whom it waits for
 	Culprits []Culprit // the ranks the waits lead to: the ones to blame
+	// Unreadable names the records the reader could not use, and why (set
+	// by the reader: Analyze takes decoded records).
+	Unreadable []string
 }
 
 // Wait is one call some ranks of a group are in, and the ranks it waits for.
@@ -310,6 +313,9 @@ func (rep Report) String() string {
 	}
 	if len(rep.Missing) > 0 {
 		fmt.Fprintf(&sb, "no flight record from %s\n", plural(rep.Missing))
+	}
+	for _, u := range rep.Unreadable {
+		fmt.Fprintf(&sb, "unreadable flight record %s\n", u)
 	}
 	return sb.String()
 }
