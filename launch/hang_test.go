@@ -67,6 +67,12 @@ func TestStragglers(t *testing.T) {
 			t.Errorf("changes %+v, want none", ch)
 		}
 	})
+	t.Run("a few milliseconds more is noise", func(t *testing.T) {
+		s := newStragglers(1.5, 2)
+		if ch := feed(s, [][]float64{steady(40, 2), steady(40, 5)}); len(ch) != 0 {
+			t.Errorf("changes %+v, want none", ch)
+		}
+	})
 	t.Run("off", func(t *testing.T) {
 		s := newStragglers(0, 2)
 		if ch := feed(s, [][]float64{steady(40, 100), steady(40, 900)}); len(ch) != 0 {

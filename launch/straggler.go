@@ -9,6 +9,11 @@ import (
 // work per step stays above 1.5 times the job's median is marked.
 const DefaultStragglerFactor = 1.5
 
+// stragglerMinMillis is how much slower than the median a straggler must
+// also be, in ms: on steps of a few milliseconds a busy machine's
+// scheduling noise alone is of that order.
+const stragglerMinMillis = 20
+
 // stragglerWindow is how many recent steps of each rank are weighed: the
 // median over them ignores a single slow step (a checkpoint, a page fault).
 const stragglerWindow = 8
@@ -75,7 +80,7 @@ func (s *stragglers) judge(medians map[int]float64, job float64) []stragglerChan
 	var out []stragglerChange
 	for _, r := range sortedRanks(medians) {
 		m := medians[r]
-		slow := m > s.factor*job
+		slow := m > s.factor*job && m-job >= stragglerMinMillis
 		_, was := s.flagged[r]
 		switch {
 		case slow && !was:

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 )
@@ -50,12 +51,18 @@ func (pr Problem) Usable() float64 {
 }
 
 // Layout is one point of the search: the 3D grid, the ZeRO stage, the
-// micro-batch (sequences) and the recomputation mode.
+// micro-batch (sequences), the recomputation mode and the model chunks
+// per pipeline rank.
 type Layout struct {
 	Grid
 	ZeroStage  int       `json:"zero_stage"`
 	MicroBatch int       `json:"micro_batch"`
 	Recompute  Recompute `json:"recompute"`
+	// VirtualStages is the model chunks per pipeline rank of the
+	// interleaved schedule (Megatron-LM's
+	// virtual_pipeline_model_parallel_size; see interleave.go): 0 or 1
+	// for 1F1B.
+	VirtualStages int `json:"virtual_stages,omitempty"`
 }
 
 // Candidate is an evaluated Layout. Memory is per GPU on the most loaded
@@ -70,6 +77,7 @@ type Candidate struct {
 	TFLOPSPerGPU float64   `json:"tflops_per_gpu"` // hardware FLOPs (recomputation included), as Megatron-LM reports
 	MFU          float64   `json:"mfu"`            // model FLOPs only
 	Bubble       float64   `json:"bubble_fraction"`
+	Schedule     string    `json:"schedule,omitempty"` // the pipeline schedule: Layout.Schedule
 	CommBytes    CommBytes `json:"comm_bytes"`
 	Detail       Detail    `json:"-"`
 }
@@ -86,11 +94,11 @@ type CommBytes struct {
 type Detail struct {
 	Stage            int     `json:"stage"`             // the most loaded pipeline stage
 	StageLayers      int     `json:"stage_layers"`      // its layers
-	InFlight         int     `json:"in_flight"`         // micro-batches whose activations it holds
+	InFlight         int     `json:"in_flight"`         // micro-batches whose activations it holds (chunk sets, summed over chunks, when interleaved)
 	LayerActivations float64 `json:"layer_activations"` // bytes per layer per micro-batch
 	WorkingSet       float64 `json:"working_set"`       // recomputation's live extra, bytes
 	Compute          float64 `json:"compute_s"`         // m × the slowest stage's micro-batch
-	BubbleTime       float64 `json:"bubble_s"`          // (p−1) × it
+	BubbleTime       float64 `json:"bubble_s"`          // (p−1)/v × it
 	MemoryBound      float64 `json:"memory_bound_s"`    // the part of Compute in memory-bound kernels
 	TPTime           float64 `json:"tp_s"`
 	PPTime           float64 `json:"pp_s"`
@@ -109,6 +117,7 @@ type Detail struct {
 // stage is one rank's share of a pipeline stage of the model.
 type stage struct {
 	index, layers int
+	chunks        []int   // layers of each model chunk (interleaved only): layers is their sum
 	psi           float64 // parameters of the rank (before ZeRO partitions them)
 	dpRank        int     // its place in its DP group, which sizes its ZeRO partitions
 }
@@ -152,8 +161,22 @@ func stageOf(m Model, i, p, t int) stage { return rankStage(m, i, p, t, 0) }
 // replicated learned positions; on the last the replicated final norm and
 // the output layer: Llama's own, vocabulary-parallel, or for a tied GPT
 // with p > 1 Megatron's copy of the embedding.
-func rankStage(m Model, i, p, t, r int) stage {
+func rankStage(m Model, i, p, t, r int) stage { return rankChunks(m, i, p, 1, t, r) }
+
+// rankChunks is rankStage for a rank holding v model chunks (interleaved:
+// see interleave.go), the layers split over p·v virtual stages; the
+// embedding is on virtual stage 0 (rank 0's chunk 0), the head on the last
+// (rank p−1's chunk v−1).
+func rankChunks(m Model, i, p, v, t, r int) stage {
 	l := stageLayers(m.Layers, p, i)
+	var chunks []int
+	if v > 1 {
+		chunks = chunkLayers(m.Layers, p, v, i)
+		l = 0
+		for _, n := range chunks {
+			l += n
+		}
+	}
 	vocab := blockOf(float64(m.Vocab), r, t) * float64(m.Hidden)
 	psi := float64(l) * m.rankLayerParams(t)
 	if i == 0 {
@@ -165,14 +188,14 @@ func rankStage(m Model, i, p, t, r int) stage {
 			psi += vocab
 		}
 	}
-	return stage{index: i, layers: l, psi: psi}
+	return stage{index: i, layers: l, chunks: chunks, psi: psi}
 }
 
 // Evaluate computes memory, time and feasibility of one layout. It never
 // panics: a layout that is not even well-formed comes back infeasible with
 // the reason.
 func Evaluate(pr Problem, l Layout) Candidate {
-	c := Candidate{Layout: l}
+	c := Candidate{Layout: l, Schedule: l.Schedule()}
 	if err := l.Validate(); err != nil {
 		c.RejectReason = err.Error()
 		return c
@@ -181,7 +204,7 @@ func Evaluate(pr Problem, l Layout) Candidate {
 	ev := newEvaluation(pr, l, c.GradAccum)
 	ev.memory(&c)
 	ev.time(&c)
-	c.RejectReason = structuralReason(pr, l)
+	c.RejectReason = cmp.Or(structuralReason(pr, l), interleaveReason(pr.Model, l, c.GradAccum))
 	if c.RejectReason == "" && c.Memory.Total > pr.Usable() {
 		c.RejectReason = fmt.Sprintf("needs %s per GPU, over the %s usable (%.0f%% of %s)",
 			GiB(c.Memory.Total), GiB(pr.Usable()), pr.Options.UsableMemory*100, GiB(float64(pr.Topology.GPU.MemoryBytes)))
@@ -200,6 +223,9 @@ func (l Layout) Validate() error {
 	if l.TP > big || l.PP > big || l.DP > big || l.MicroBatch < 1 || l.MicroBatch > big {
 		return fmt.Errorf("planner: layout tp=%d pp=%d dp=%d micro_batch=%d: micro_batch must be at least 1 and every knob at most %d",
 			l.TP, l.PP, l.DP, l.MicroBatch, big)
+	}
+	if l.VirtualStages < 0 || l.VirtualStages > MaxVirtualStages {
+		return fmt.Errorf("planner: layout virtual_stages=%d: want 0 to %d model chunks per pipeline rank", l.VirtualStages, MaxVirtualStages)
 	}
 	return nil
 }
@@ -256,9 +282,9 @@ func newEvaluation(pr Problem, l Layout, m int) evaluation {
 	// The most loaded stage is the first (most micro-batches in flight, the
 	// embedding), the first with an extra layer, or the last (the output
 	// layer); the others hold no more than one of these.
-	for _, i := range [3]int{0, l.PP - pr.Model.Layers%l.PP, l.PP - 1} {
+	for _, i := range [3]int{0, firstLargest(pr.Model.Layers, l.PP, l.Chunks()), l.PP - 1} {
 		if i < l.PP && (ev.n == 0 || ev.stages[ev.n-1].index < i) {
-			ev.stages[ev.n] = stageOf(pr.Model, i, l.PP, l.TP)
+			ev.stages[ev.n] = rankChunks(pr.Model, i, l.PP, l.Chunks(), l.TP, 0)
 			ev.n++
 		}
 	}
@@ -289,6 +315,9 @@ func (ev *evaluation) stageMemory(st stage) (Memory, int) {
 	if st.index == l.PP-1 {
 		a += x.headActivations(ev.pr.Model.Vocab)
 	}
+	if st.chunks != nil {
+		a, inflight = ev.interleavedActivations(st)
+	}
 	mem.Activations = a + x.workingSet(l.Recompute)
 	mem.Buffers = ev.buffers(st)
 	mem.Total = mem.Params + mem.Grads + mem.Optimizer + mem.Activations + mem.Buffers
@@ -317,7 +346,7 @@ func RankMemory(pr Problem, l Layout, c Coord) (Memory, error) {
 		return Memory{}, fmt.Errorf("planner: rank (dp %d, pp %d, tp %d): outside the layout tp=%d pp=%d dp=%d", c.DP, c.PP, c.TP, l.TP, l.PP, l.DP)
 	}
 	ev := newEvaluation(pr, l, max(1, pr.GlobalBatch/(l.DP*l.MicroBatch)))
-	st := rankStage(pr.Model, c.PP, l.PP, l.TP, c.TP)
+	st := rankChunks(pr.Model, c.PP, l.PP, l.Chunks(), l.TP, c.TP)
 	st.dpRank = c.DP
 	mem, _ := ev.stageMemory(st)
 	return mem, nil

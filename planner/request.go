@@ -140,7 +140,7 @@ const maxPinValues = 64
 // (each would be evaluated, and listed, once more) and every value checked.
 func (r Request) pins() (Space, error) {
 	sp := Space{TP: slices.Clone(r.Pins.TP), PP: slices.Clone(r.Pins.PP), DP: slices.Clone(r.Pins.DP),
-		Zero: slices.Clone(r.Pins.Zero), MicroBatch: slices.Clone(r.Pins.MicroBatch)}
+		Zero: slices.Clone(r.Pins.Zero), MicroBatch: slices.Clone(r.Pins.MicroBatch), VirtualStages: slices.Clone(r.Pins.VirtualStages)}
 	for _, s := range r.Recompute {
 		rc, err := ParseRecompute(s)
 		if err != nil {
@@ -151,11 +151,16 @@ func (r Request) pins() (Space, error) {
 	if err := dedupPins(&sp); err != nil {
 		return sp, err
 	}
-	for name, vals := range map[string][]int{"tp": sp.TP, "pp": sp.PP, "dp": sp.DP, "micro-batch": sp.MicroBatch} {
+	for name, vals := range map[string][]int{"tp": sp.TP, "pp": sp.PP, "dp": sp.DP, "micro-batch": sp.MicroBatch, "virtual-stages": sp.VirtualStages} {
 		for _, v := range vals {
 			if v < 1 {
 				return sp, usage.Errorf("plan: --%s %d: must be at least 1", name, v)
 			}
+		}
+	}
+	for _, v := range sp.VirtualStages {
+		if v > MaxVirtualStages {
+			return sp, usage.Errorf("plan: --virtual-stages %d: at most %d model chunks per pipeline rank (1 is the 1F1B schedule)", v, MaxVirtualStages)
 		}
 	}
 	for _, z := range sp.Zero {
@@ -172,7 +177,7 @@ func dedupPins(sp *Space) error {
 	for _, p := range []struct {
 		name string
 		vals *[]int
-	}{{"tp", &sp.TP}, {"pp", &sp.PP}, {"dp", &sp.DP}, {"zero", &sp.Zero}, {"micro-batch", &sp.MicroBatch}} {
+	}{{"tp", &sp.TP}, {"pp", &sp.PP}, {"dp", &sp.DP}, {"zero", &sp.Zero}, {"micro-batch", &sp.MicroBatch}, {"virtual-stages", &sp.VirtualStages}} {
 		if *p.vals == nil {
 			continue
 		}

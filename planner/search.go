@@ -12,6 +12,7 @@ import (
 type Space struct {
 	TP, PP, DP, Zero, MicroBatch []int
 	Recompute                    []Recompute
+	VirtualStages                []int // model chunks per pipeline rank (interleave.go); free: virtualStagesOf
 }
 
 // Result is a search's outcome.
@@ -59,7 +60,9 @@ func Search(pr Problem, sp Space) (Result, error) {
 		mbs := microBatchesOf(pr, sp, g)
 		for _, z := range zerosOf(g, sp) {
 			for _, rc := range rcs {
-				r.searchMicroBatches(pr, mbs, sp.MicroBatch == nil, Layout{Grid: g, ZeroStage: z, Recompute: rc})
+				for _, v := range virtualStagesOf(pr.Model, g, sp) {
+					r.searchMicroBatches(pr, mbs, sp.MicroBatch == nil, Layout{Grid: g, ZeroStage: z, Recompute: rc, VirtualStages: v})
+				}
 			}
 		}
 	}

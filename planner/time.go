@@ -9,7 +9,9 @@ import "math"
 // where T is the slowest stage's time for one micro-batch (its compute:
 // matrix multiplies and memory-bound kernels, plus its TP collectives,
 // which Megatron-LM does not overlap) and (p−1)·T is the 1F1B pipeline
-// bubble, (p−1)/m of the ideal time (Narayanan et al. 2021, section 2.2.1).
+// bubble, (p−1)/m of the ideal time (Narayanan et al. 2021, section 2.2.1);
+// with v virtual stages (the interleaved schedule) it is (p−1)·T/v,
+// (p−1)/(v·m) of the ideal time (section 2.2.2).
 func (ev *evaluation) time(c *Candidate) {
 	l, pr := ev.l, ev.pr
 	d := &c.Detail
@@ -22,9 +24,9 @@ func (ev *evaluation) time(c *Candidate) {
 			slowest, comp, mem, tp = f+t, f, mb, t
 		}
 	}
-	m, p := float64(ev.m), float64(l.PP)
+	m, p, v := float64(ev.m), float64(l.PP), float64(l.Chunks())
 	d.Compute = m * slowest
-	d.BubbleTime = (p - 1) * slowest
+	d.BubbleTime = (p - 1) * slowest / v
 	d.MemoryBound = m * mem
 	d.TPTime = m * tp
 	c.CommBytes.TP = m * ev.tpBytes(ev.stages[0])
@@ -32,7 +34,7 @@ func (ev *evaluation) time(c *Candidate) {
 	ev.dataParallelComm(c, comp)
 	d.Optimizer = ev.optimizerTime()
 	c.StepTime = d.Compute + d.BubbleTime + d.PPExposed + d.DPExposed + d.Optimizer
-	c.Bubble = (p - 1) / m
+	c.Bubble = (p - 1) / (v * m)
 	d.ModelFLOPs = ModelFLOPs(pr.Model, pr.GlobalBatch)
 	d.HardwareFLOPs = HardwareFLOPs(pr.Model, pr.GlobalBatch, l.Recompute)
 	gpus := float64(l.World())
@@ -149,7 +151,8 @@ func (ev *evaluation) tpBytes(st stage) float64 {
 // elements each with Megatron-LM's scatter/gather across the TP ranks.
 // Neighbouring stages are TP ranks apart, so they share a node only when
 // TP × PP fits in one. The 1F1B schedule waits for each of its m + p − 1
-// slots' sends, so they count as exposed.
+// slots' sends, so they count as exposed; the interleaved one sends v
+// times as many messages, one per chunk, in m·v + p − 1 slots.
 func (ev *evaluation) pipelineComm(c *Candidate) {
 	l := ev.l
 	if l.PP == 1 {
@@ -160,10 +163,10 @@ func (ev *evaluation) pipelineComm(c *Candidate) {
 	if c.Detail.PPInter = l.TP*l.PP > ev.net.gpn; c.Detail.PPInter {
 		bw, lat = ev.net.interGPU, latInter
 	}
-	one := msg/bw + lat
-	c.Detail.PPTime = 2 * float64(ev.m+l.PP-1) * one
+	one, v := msg/bw+lat, l.Chunks()
+	c.Detail.PPTime = 2 * float64(ev.m*v+l.PP-1) * one
 	c.Detail.PPExposed = c.Detail.PPTime
-	c.CommBytes.PP = 2 * float64(ev.m) * msg
+	c.CommBytes.PP = 2 * float64(ev.m*v) * msg
 }
 
 // dataParallelComm is the gradient and parameter traffic of the DP group

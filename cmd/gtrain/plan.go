@@ -37,8 +37,10 @@ layouts that fit in memory by predicted step time. Memory per GPU, step
 time, TFLOP/s, MFU and the pipeline bubble come from published formulas
 (ZeRO, Korthikanti et al. 2022, Narayanan et al. 2021; docs/planner.md).
 
-Pin any knob with --tp, --pp, --dp, --zero, --micro-batch or --recompute;
-with all of them pinned, exactly that layout is evaluated. --explain breaks
+Pin any knob with --tp, --pp, --dp, --zero, --micro-batch, --recompute or
+--virtual-stages (model chunks per pipeline rank: 1 is the 1F1B schedule,
+more Megatron-LM's interleaved one); with all of them pinned, exactly that
+layout is evaluated. --explain breaks
 the chosen layout down (memory, communication per link, the rank grid).
 Exits 1 when no layout fits, after showing the closest misses and why.`,
 		Example: `  gtrain plan --model megatron-1t --gpus 3072 --gpu A100-80GB
@@ -81,6 +83,7 @@ func addPlanFlags(f *pflag.FlagSet, o *PlanOptions) {
 	f.IntSliceVar(&r.Pins.DP, "dp", nil, "pin the data-parallel degree")
 	f.IntSliceVar(&r.Pins.Zero, "zero", nil, "pin the ZeRO stage (0-3)")
 	f.IntSliceVar(&r.Pins.MicroBatch, "micro-batch", nil, "pin the micro-batch size (sequences)")
+	f.IntSliceVar(&r.Pins.VirtualStages, "virtual-stages", nil, "pin the model chunks per pipeline rank (1: 1F1B; more: the interleaved schedule, Megatron-LM's --virtual-pipeline-model-parallel-size)")
 	f.StringSliceVar(&r.Recompute, "recompute", nil, "pin recomputation: none, selective or full")
 	f.Float64Var(&r.Options.Efficiency, "efficiency", planner.DefaultOptions().Efficiency, "fraction of peak FLOP/s large matrix multiplies reach (calibrate: docs/planner.md)")
 	f.Float64Var(&r.Options.CommEfficiency, "comm-efficiency", planner.DefaultOptions().CommEfficiency, "fraction of a link's rate collectives reach")

@@ -12,13 +12,18 @@ import (
 func explain(b *strings.Builder, pr planner.Problem, c planner.Candidate) {
 	d, mem := c.Detail, c.Memory
 	gib := planner.GiB
-	fmt.Fprintf(b, "\nmemory per GPU, most loaded rank (pipeline stage %d of %d: %d layers, %d micro-batch(es) in flight):\n",
-		d.Stage, c.PP, d.StageLayers, d.InFlight)
+	fmt.Fprintf(b, "\nmemory per GPU, most loaded rank (pipeline stage %d of %d: %d layers, %d micro-batch(es) in flight%s):\n",
+		d.Stage, c.PP, d.StageLayers, d.InFlight, inFlightNote(c.Layout))
 	fmt.Fprintf(b, "  params       %10s   %s weights\n", gib(mem.Params), pr.Precision)
 	fmt.Fprintf(b, "  grads        %10s\n", gib(mem.Grads))
 	fmt.Fprintf(b, "  optimizer    %10s   fp32 master weights and Adam moments%s\n", gib(mem.Optimizer), zeroNote(c))
-	fmt.Fprintf(b, "  activations  %10s   %s per layer per micro-batch (%s) × %d × %d, + %s recompute working set\n",
-		gib(mem.Activations), mib(d.LayerActivations), c.Recompute, d.StageLayers, d.InFlight, mib(d.WorkingSet))
+	if c.Chunks() > 1 {
+		fmt.Fprintf(b, "  activations  %10s   %s per layer per micro-batch (%s) × each chunk's layers × its micro-batches in flight, + %s recompute working set\n",
+			gib(mem.Activations), mib(d.LayerActivations), c.Recompute, mib(d.WorkingSet))
+	} else {
+		fmt.Fprintf(b, "  activations  %10s   %s per layer per micro-batch (%s) × %d × %d, + %s recompute working set\n",
+			gib(mem.Activations), mib(d.LayerActivations), c.Recompute, d.StageLayers, d.InFlight, mib(d.WorkingSet))
+	}
 	fmt.Fprintf(b, "  buffers      %10s   TP gather, gradient bucket or ZeRO-3 prefetch\n", gib(mem.Buffers))
 	fmt.Fprintf(b, "  total        %10s   of %s usable (%.0f%% of %s)\n", gib(mem.Total), gib(pr.Usable()),
 		pr.Options.UsableMemory*100, gib(float64(pr.Topology.GPU.MemoryBytes)))
@@ -26,7 +31,11 @@ func explain(b *strings.Builder, pr planner.Problem, c planner.Candidate) {
 	fmt.Fprintf(b, "  compute + TP  %10s   %d micro-batches × the slowest stage, matrix multiplies at %.0f%% of peak\n",
 		seconds(d.Compute), c.GradAccum, d.GEMMEfficiency*100)
 	fmt.Fprintf(b, "    memory-bound %9s   of it: LayerNorm, softmax, dropout, GELU, residual adds\n", seconds(d.MemoryBound))
-	fmt.Fprintf(b, "  bubble        %10s   (p−1)/m = %.3f of the compute\n", seconds(d.BubbleTime), c.Bubble)
+	if c.Chunks() > 1 {
+		fmt.Fprintf(b, "  bubble        %10s   (p−1)/(v·m) = %.3f of the compute, interleaved 1F1B over %d model chunks per rank\n", seconds(d.BubbleTime), c.Bubble, c.Chunks())
+	} else {
+		fmt.Fprintf(b, "  bubble        %10s   (p−1)/m = %.3f of the compute%s\n", seconds(d.BubbleTime), c.Bubble, scheduleNote(c.Layout))
+	}
 	fmt.Fprintf(b, "  PP exposed    %10s\n", seconds(d.PPExposed))
 	fmt.Fprintf(b, "  DP exposed    %10s   of %s, the rest hidden behind backward\n", seconds(d.DPExposed), seconds(d.DPTime))
 	fmt.Fprintf(b, "  optimizer     %10s   memory-bound, after the gradients are reduced\n", seconds(d.Optimizer))
@@ -101,4 +110,13 @@ func writeGroups(b *strings.Builder, g planner.Grid) {
 	}
 	fmt.Fprintf(b, "  groups of rank 0: TP {%s}, PP {%s}, DP {%s}\n",
 		group(1, g.TP), group(g.TP, g.PP), group(g.TP*g.PP, g.DP))
+}
+
+// inFlightNote says what the in-flight count counts under the interleaved
+// schedule: each chunk's micro-batches, summed.
+func inFlightNote(l planner.Layout) string {
+	if l.Chunks() > 1 {
+		return fmt.Sprintf(", summed over its %d model chunks", l.Chunks())
+	}
+	return ""
 }

@@ -104,7 +104,9 @@ func writePlanHeader(b *strings.Builder, pr planner.Problem, res planner.Result)
 	fmt.Fprintf(b, "searched: %d layouts evaluated (%d more pruned), %d fit\n", len(res.Candidates), res.Pruned, res.Feasible)
 }
 
-var planHeaders = []string{"", "TP", "PP", "DP", "ZERO", "MBS", "GA", "RECOMPUTE", "MEM/GPU", "STEP", "TFLOP/S", "MFU", "BUBBLE", "FIT"}
+// VPP is the model chunks per pipeline rank (Megatron-LM's virtual
+// pipeline size): 1 runs 1F1B, more the interleaved schedule.
+var planHeaders = []string{"", "TP", "PP", "VPP", "DP", "ZERO", "MBS", "GA", "RECOMPUTE", "MEM/GPU", "STEP", "TFLOP/S", "MFU", "BUBBLE", "FIT"}
 
 // planTable renders rows; the first feasible one is the chosen layout,
 // marked "*" (and bold, where colour is on). Rejected rows say why.
@@ -118,7 +120,7 @@ func planTable(ios *IOStreams, rows []planner.Candidate) string {
 		if !c.Feasible {
 			fit = "NO: " + c.RejectReason
 		}
-		cells[i] = []string{mark, strconv.Itoa(c.TP), strconv.Itoa(c.PP), strconv.Itoa(c.DP), strconv.Itoa(c.ZeroStage),
+		cells[i] = []string{mark, strconv.Itoa(c.TP), strconv.Itoa(c.PP), strconv.Itoa(c.Chunks()), strconv.Itoa(c.DP), strconv.Itoa(c.ZeroStage),
 			strconv.Itoa(c.MicroBatch), strconv.Itoa(c.GradAccum), string(c.Recompute), planner.GiB(c.Memory.Total),
 			seconds(c.StepTime), fmt.Sprintf("%.1f", c.TFLOPSPerGPU), fmt.Sprintf("%.1f%%", c.MFU*100),
 			fmt.Sprintf("%.3f", c.Bubble), fit}
@@ -140,9 +142,21 @@ func planTable(ios *IOStreams, rows []planner.Candidate) string {
 }
 
 func layoutLine(c planner.Candidate) string {
-	return fmt.Sprintf("tp %d × pp %d × dp %d, zero %d, micro-batch %d × grad-accum %d, recompute %s: %s per GPU, %s per step, %.1f TFLOP/s per GPU, MFU %.1f%%",
-		c.TP, c.PP, c.DP, c.ZeroStage, c.MicroBatch, c.GradAccum, c.Recompute, planner.GiB(c.Memory.Total),
+	return fmt.Sprintf("tp %d × pp %d × dp %d%s, zero %d, micro-batch %d × grad-accum %d, recompute %s: %s per GPU, %s per step, %.1f TFLOP/s per GPU, MFU %.1f%%",
+		c.TP, c.PP, c.DP, scheduleNote(c.Layout), c.ZeroStage, c.MicroBatch, c.GradAccum, c.Recompute, planner.GiB(c.Memory.Total),
 		seconds(c.StepTime), c.TFLOPSPerGPU, c.MFU*100)
+}
+
+// scheduleNote names the pipeline schedule l runs, after its degrees: ""
+// without a pipeline.
+func scheduleNote(l planner.Layout) string {
+	switch l.Schedule() {
+	case "interleaved":
+		return fmt.Sprintf(" (interleaved 1F1B schedule, %d model chunks per rank)", l.Chunks())
+	case "1f1b":
+		return " (1F1B schedule)"
+	}
+	return ""
 }
 
 // seconds formats a duration in seconds with 3 significant digits.

@@ -120,7 +120,7 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.StringVar(&opts.RendezvousHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
 	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
 	f.DurationVar(&opts.HangTimeout, "hang-timeout", launch.DefaultHangTimeout, "a rank that reported a step and then none for this long (its process alive) makes every built-in engine rank dump its flight record and stacks into --log-dir; the job stops naming whom the ranks wait for, in which call (0: off)")
-	f.Float64Var(&opts.StragglerFactor, "straggler-factor", launch.DefaultStragglerFactor, "mark a rank whose own work per step stays above this many times the job's median over 8 steps (0: off)")
+	f.Float64Var(&opts.StragglerFactor, "straggler-factor", launch.DefaultStragglerFactor, "mark a rank whose own work per step (step time less time waiting for others) stays above this many times the job's median, and 20 ms more, over 8 steps (0: off)")
 }
 
 // runRun runs (or, with --dry-run, prints) the job: the command, or a

@@ -34,7 +34,8 @@ type chunkLayout struct {
 // dense gradient's part and, assembled from all ranks, they cover the
 // whole model; each chunk keeps the activation sets the schedule has in
 // flight through it, and the stage reports exactly what
-// StageActivationUseOf counts for that.
+// StageActivationUseOf counts for that and, on the planner's split, what
+// planner.RankMemory charges the rank (checkChunkPlanned).
 func TestStageChunksMatchDense(t *testing.T) {
 	full := parParams()
 	for _, l := range []chunkLayout{
@@ -149,6 +150,33 @@ func checkChunkSets(t *testing.T, r int, k *parRank, l chunkLayout) {
 	u := k.stage.ActivationUse()
 	if dry, err := StageActivationUseOf(sh, k.stage.be.AttentionScratch(parT)); err != nil || dry != u {
 		t.Errorf("rank %d: StageActivationUseOf %+v, %v; the stage holds %+v", r, dry, err, u)
+	}
+	if l.split == nil {
+		checkChunkPlanned(t, r, k, l)
+	}
+}
+
+// checkChunkPlanned holds rank r's activations to what the planner
+// charges it with l's virtual stages, but for the rounding of the
+// vocabulary over tp that checkStagePlanned allows for.
+func checkChunkPlanned(t *testing.T, r int, k *parRank, l chunkLayout) {
+	t.Helper()
+	pr := stageProblem(l.sp)
+	pr.GlobalBatch = parB * l.micros
+	pl := planner.Layout{Grid: planner.Grid{TP: l.tp, PP: l.pp, DP: 1}, MicroBatch: parB, Recompute: planner.RecomputeNone, VirtualStages: l.v}
+	c := k.gs.Coord
+	mem, err := planner.RankMemory(pr, pl, planner.Coord{PP: c.PP, TP: c.TP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mem.Activations
+	if last := k.stage.last(); last.dims.isLast {
+		lo, hi := comm.Block(parCfg.Vocab, c.TP, l.tp)
+		want += 4 * float64(parB*parT) * (float64(hi-lo) - float64(parCfg.Vocab)/float64(l.tp)) * float64(last.allocated)
+	}
+	u := k.stage.ActivationUse()
+	if got := float64(u.Layers + u.Head + u.Working); got != want {
+		t.Errorf("rank %d (stage %d, tp rank %d): %+v: %g bytes the planner counts, want %g", r, c.PP, c.TP, u, got, want)
 	}
 }
 

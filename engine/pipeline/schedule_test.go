@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,10 +95,11 @@ func checkOps(s Schedule, r int, ops []Op) (int, error) {
 
 // TestScheduleSimulated runs every schedule on the strict-link model: no
 // deadlock, every message received as the one sent, and a makespan whose
-// bubble is the planner's (p−1)/m, divided by v for interleaved, with
-// forwards taking 1 and backwards 2 (and 1).
+// bubble is the planner's for the layout with as many virtual stages,
+// (p−1)/m for 1F1B and GPipe and (p−1)/(v·m) for interleaved, with a
+// chunk's forwards taking 1/v and backwards 2/v (and 1/v).
 func TestScheduleSimulated(t *testing.T) {
-	bubbles := map[[2]int]float64{}
+	bubbles := map[[3]int]float64{}
 	for _, s := range schedules(t) {
 		steps := make([][]Step, s.Stages)
 		for r := range steps {
@@ -110,12 +112,12 @@ func TestScheduleSimulated(t *testing.T) {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			key := [2]int{s.Stages, s.Micros}
+			key := [3]int{s.Stages, s.Micros, s.Chunks}
 			if _, ok := bubbles[key]; !ok {
-				bubbles[key] = plannerBubble(t, s.Stages, s.Micros)
+				bubbles[key] = plannerBubble(t, s.Stages, s.Micros, s.Chunks)
 			}
 			ideal := float64(s.Micros) * (1 + tb)
-			got, want := (end-ideal)/ideal, bubbles[key]/float64(s.Chunks)
+			got, want := (end-ideal)/ideal, bubbles[key]
 			if math.Abs(got-want) > 1e-9 {
 				t.Errorf("%s: makespan %g, bubble %.6f of the ideal %g; the planner says %.6f", name, end, got, ideal, want)
 			}
@@ -123,9 +125,9 @@ func TestScheduleSimulated(t *testing.T) {
 	}
 }
 
-// plannerBubble is the planner's bubble fraction for p stages and m
-// micro-batches, from Evaluate itself.
-func plannerBubble(t *testing.T, p, m int) float64 {
+// plannerBubble is the planner's bubble fraction for p stages, m
+// micro-batches and v virtual stages, from Evaluate itself.
+func plannerBubble(t *testing.T, p, m, v int) float64 {
 	t.Helper()
 	pre, err := planner.LookupPreset("gpt2")
 	if err != nil {
@@ -133,7 +135,7 @@ func plannerBubble(t *testing.T, p, m int) float64 {
 	}
 	pr := planner.Problem{Model: pre.Model, Topology: planner.CPUTopology([]int{p}, 64<<30, 16),
 		GlobalBatch: m, Precision: planner.FP32, Options: planner.DefaultOptions()}
-	c := planner.Evaluate(pr, planner.Layout{Grid: planner.Grid{TP: 1, PP: p, DP: 1}, MicroBatch: 1, Recompute: planner.RecomputeNone})
+	c := planner.Evaluate(pr, planner.Layout{Grid: planner.Grid{TP: 1, PP: p, DP: 1}, MicroBatch: 1, Recompute: planner.RecomputeNone, VirtualStages: v})
 	if c.GradAccum != m {
 		t.Fatalf("planner: p %d global batch %d: %d micro-batches, want %d (%s)", p, m, c.GradAccum, m, c.RejectReason)
 	}
@@ -223,5 +225,44 @@ func TestScheduleValidate(t *testing.T) {
 	}
 	if _, err := ParseKind("zb-h1"); err == nil || !strings.Contains(err.Error(), "1f1b, gpipe, interleaved") {
 		t.Errorf("ParseKind(zb-h1) = %v", err)
+	}
+}
+
+// TestPlannerChunkInFlight: the planner's closed form of the activation
+// sets each chunk keeps under the interleaved schedule is the count of
+// the schedule's own operations, on every rank of every interleaved
+// schedule of the tests and of a few deeper ones; with one chunk the
+// schedule's InFlight is the planner's 1F1B figure, min(p − r, m).
+func TestPlannerChunkInFlight(t *testing.T) {
+	ss := schedules(t)
+	for _, c := range [][3]int{{8, 8, 2}, {8, 24, 4}, {4, 64, 8}, {16, 32, 3}} {
+		s, err := New(Interleaved, c[0], c[1], c[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	var interleaved int
+	for _, s := range ss {
+		for r := range s.Stages {
+			got := s.ChunkInFlight(r)
+			switch s.Kind {
+			case Interleaved:
+				interleaved++
+				if want := planner.ChunkInFlight(s.Stages, s.Micros, s.Chunks, r); !slices.Equal(got, want) {
+					t.Errorf("%s p%d m%d v%d rank %d: the schedule keeps %v per chunk, the planner says %v", s.Kind, s.Stages, s.Micros, s.Chunks, r, got, want)
+				}
+			case OneFOneB:
+				if want := min(s.Stages-r, s.Micros); len(got) != 1 || got[0] != want || s.InFlight(r) != want {
+					t.Errorf("1f1b p%d m%d rank %d: %v in flight (InFlight %d), want %d", s.Stages, s.Micros, r, got, s.InFlight(r), want)
+				}
+			}
+		}
+	}
+	if interleaved < 100 {
+		t.Fatalf("only %d interleaved ranks compared", interleaved)
+	}
+	if planner.MaxVirtualStages != MaxChunks {
+		t.Errorf("planner.MaxVirtualStages %d, pipeline.MaxChunks %d: the planner would propose what the engine refuses", planner.MaxVirtualStages, MaxChunks)
 	}
 }

@@ -118,13 +118,14 @@ func engineStates(spec Spec) planner.StateStorage {
 
 // withLayout is spec laid out as planner candidate c: parallel.tp, pp, dp
 // and zero_stage, batch.micro_batch and grad_accum, and recompute; the
-// planner's split of the layers (pp_layers cleared) and the 1F1B
-// schedule (the one the planner's bubble counts). The rest of parallel
-// (sequence parallelism, buckets, gradient type) stays the job's.
+// planner's split of the layers (pp_layers cleared) and the candidate's
+// schedule (virtual_stages: the one the planner's bubble counts). The rest
+// of parallel (sequence parallelism, buckets, gradient type) stays the
+// job's.
 func withLayout(spec Spec, c planner.Candidate) Spec {
 	p := &spec.Parallel
 	p.TP, p.PP, p.DP, p.ZeroStage = c.TP, c.PP, c.DP, c.ZeroStage
-	p.PPLayers, p.VirtualStages = nil, 0
+	p.PPLayers, p.VirtualStages = nil, c.VirtualStages
 	spec.Batch.MicroBatch, spec.Batch.GradAccum = c.MicroBatch, c.GradAccum
 	spec.Recompute = string(c.Recompute)
 	return spec

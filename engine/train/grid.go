@@ -24,7 +24,8 @@ type gridRank struct {
 	groups *parallel.Groups
 	stage  *model.Stage
 	opt    *zero.DistOptimizer
-	split  []int // layers per pipeline stage
+	split  []int // layers per pipeline stage (per virtual stage when interleaved)
+	chunks int   // model chunks per rank: parallel.virtual_stages, at least 1
 	xs, ys [][]int32
 }
 
@@ -43,7 +44,7 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	g := &gridRank{groups: gs}
+	g := &gridRank{groups: gs, chunks: p.chunks()}
 	t.grid = g
 	if g.split, err = spec.ppSplit(); err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -57,8 +58,8 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 	}
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
 	tpg := tensorpar.NewGroup(gs.TP, backend.CPU{Threads: spec.threads(env)}, p.SP())
-	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Batch: g.batch,
-		Recompute: model.Recompute(spec.Recompute)})
+	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Chunks: g.chunks,
+		Batch: g.batch, Recompute: model.Recompute(spec.Recompute)})
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -131,12 +132,13 @@ func (g *gridRank) close() error {
 	return g.groups.Close()
 }
 
-// run runs the 1F1B schedule over micros micro-batches (already in xs and
-// ys), each micro-batch's loss weighted by dloss, and returns the sum of
-// their losses on the last stage's TP rank 0 (0 elsewhere: that rank
-// speaks for its replica).
-func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float64, error) {
-	sched, err := pipeline.New(pipeline.OneFOneB, g.groups.Grid.PP, micros, 1)
+// run runs the pipeline schedule (scheduleOf) over micros micro-batches
+// (already in xs and ys), each micro-batch's loss weighted by dloss, and
+// returns the sum of the first count of their losses on the last stage's
+// TP rank 0 (0 elsewhere: that rank speaks for its replica); the rest are
+// evaluation's padding (see gridEvaluate).
+func (g *gridRank) run(ctx context.Context, micros, count int, dloss float32) (float64, error) {
+	sched, err := scheduleOf(g.groups.Grid.PP, micros, g.chunks)
 	if err != nil {
 		return 0, fmt.Errorf("train: %w", err)
 	}
@@ -153,10 +155,30 @@ func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float64,
 		return 0, nil
 	}
 	var sum float64
-	for _, l := range g.stage.Losses() {
+	for _, l := range g.stage.Losses()[:count] {
 		sum += float64(l)
 	}
 	return sum, nil
+}
+
+// scheduleOf is the schedule the trainer runs for pp stages, micros
+// micro-batches and chunks model chunks per rank: Megatron-LM's
+// interleaved 1F1B with chunks > 1, else 1F1B.
+func scheduleOf(pp, micros, chunks int) (pipeline.Schedule, error) {
+	if chunks > 1 {
+		return pipeline.New(pipeline.Interleaved, pp, micros, chunks)
+	}
+	return pipeline.New(pipeline.OneFOneB, pp, micros, 1)
+}
+
+// evalMicros is the micro-batches a schedule over k validation batches
+// runs: k, rounded up to a multiple of pp under the interleaved schedule,
+// which needs one (the padding repeats the last batch, its loss unused).
+func evalMicros(k, pp, chunks int) int {
+	if chunks > 1 {
+		return (k + pp - 1) / pp * pp
+	}
+	return k
 }
 
 // speaks reports whether this rank reports its replica's loss: the last
@@ -164,7 +186,7 @@ func (g *gridRank) run(ctx context.Context, micros int, dloss float32) (float64,
 func (g *gridRank) speaks() bool { return g.groups.IsLastStage() && g.groups.Coord.TP == 0 }
 
 // gridStep is trainStep under tensor and pipeline parallelism: the step's
-// micro-batches through the 1F1B schedule, the LayerNorm and tied
+// micro-batches through the pipeline schedule, the LayerNorm and tied
 // embedding gradients completed, the loss of the replicas averaged (with
 // the preemption flag), then the distributed optimizer's step, which a
 // loss that is not finite replaces by dropping the gradients.
@@ -177,7 +199,7 @@ func (t *Trainer) gridStep() (o stepOutcome, err error) {
 		}
 	}
 	ctx := t.ctx()
-	sum, err := g.run(ctx, accum, float32(g.opt.LossScale())/float32(accum))
+	sum, err := g.run(ctx, accum, accum, float32(g.opt.LossScale())/float32(accum))
 	if err != nil {
 		return o, err
 	}
@@ -218,6 +240,7 @@ func (t *Trainer) gridLoss(loss float32, stop bool) (float32, bool, error) {
 		return 0, false, fmt.Errorf("train: all-reduce of the loss: %w", err)
 	}
 	return v[0] / float32(t.spec.Parallel.DP), v[1] > 0, nil
+	t.noteSaves(v[2])
 }
 
 // evalChunk is the most validation batches one schedule runs, which
@@ -227,20 +250,22 @@ var evalChunk = 64 // a variable for tests
 // gridEvaluate is Evaluate through the pipeline: the validation batches
 // as the micro-batches of schedules whose loss gradient is 0 (so the
 // backward passes leave the gradients 0, and the stage's activations are
-// released as in training). Every replica evaluates the same batches, so
-// DP replica 0's loss is the result.
+// released as in training), padded to a multiple of pp under the
+// interleaved schedule (evalMicros). Every replica evaluates the same
+// batches, so DP replica 0's loss is the result.
 func (t *Trainer) gridEvaluate() (float32, error) {
 	g, n := t.grid, t.eval.Len()
 	var sum float64
 	for start := 0; start < n; start += evalChunk {
 		k := min(evalChunk, n-start)
-		g.buffers(k, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
-		for i := range k {
-			if err := t.eval.Batch(start+i, g.xs[i], g.ys[i]); err != nil {
+		micros := evalMicros(k, g.groups.Grid.PP, g.chunks)
+		g.buffers(micros, t.spec.Batch.MicroBatch*t.spec.Batch.Seq)
+		for i := range micros {
+			if err := t.eval.Batch(start+min(i, k-1), g.xs[i], g.ys[i]); err != nil {
 				return 0, err
 			}
 		}
-		s, err := g.run(t.ctx(), k, 0)
+		s, err := g.run(t.ctx(), micros, k, 0)
 		g.stage.ZeroGrad()
 		if err != nil {
 			return 0, err
@@ -295,5 +320,9 @@ func (g *gridRank) describe(p Parallel, precision string) string {
 	if p.SP() {
 		sp = ", sequence parallel"
 	}
-	return fmt.Sprintf("tp %d, pp %d (1F1B, layers %v), dp %d%s, ZeRO stage %d, %s", p.TP, p.PP, g.split, p.DP, sp, p.ZeroStage, precision)
+	sched := "1F1B, layers"
+	if g.chunks > 1 {
+		sched = fmt.Sprintf("interleaved 1F1B, %d chunks per rank, layers per virtual stage", g.chunks)
+	}
+	return fmt.Sprintf("tp %d, pp %d (%s %v), dp %d%s, ZeRO stage %d, %s", p.TP, p.PP, sched, g.split, p.DP, sp, p.ZeroStage, precision)
 }

@@ -162,7 +162,7 @@ func TestGridSpecRefusals(t *testing.T) {
 		{"fp16", func(s *Spec) { s.Parallel.TP = 2; s.Precision = "fp16" }, ""},
 		{"zero 2", func(s *Spec) { s.Parallel.TP = 2; s.Parallel.ZeroStage = 2 }, "job: parallel.zero_stage 2 with parallel.tp 2 × parallel.pp 1: ZeRO stages 2 and 3 do not combine"},
 		{"recompute", func(s *Spec) { s.Parallel.TP = 2; s.Recompute = "full" }, ""},
-		{"interleaved", func(s *Spec) { s.Parallel.PP = 2; s.Parallel.VirtualStages = 2 }, "job: parallel.virtual_stages 2: the interleaved pipeline schedule is not built into the trainer yet: set parallel.virtual_stages to 1"},
+		{"interleaved", func(s *Spec) { s.Parallel.PP = 2; s.Parallel.VirtualStages = 2 }, "job: parallel.virtual_stages 2: parallel.pp 2 × 2 = 4 model chunks, more than the model's 3 layers (model.layers): set parallel.virtual_stages to 1"},
 		{"dp path keeps bf16 and zero 3", func(s *Spec) { s.Precision = "bf16"; s.Parallel.ZeroStage = 3; s.Recompute = "full" }, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -31,8 +31,6 @@ func (s Spec) validateGrid(c model.Config) error {
 	switch {
 	case p.VirtualStages < 0:
 		return fmt.Errorf("job: parallel.virtual_stages %d: must not be negative", p.VirtualStages)
-	case p.VirtualStages > 1:
-		return fmt.Errorf("job: parallel.virtual_stages %d: the interleaved pipeline schedule is not built into the trainer yet: set parallel.virtual_stages to 1 (the 1F1B schedule)", p.VirtualStages)
 	case c.Heads%tp != 0:
 		return fmt.Errorf("job: parallel.tp %d: does not divide the model's %d attention heads (model.heads): choose a tp that divides them", tp, c.Heads)
 	case c.Vocab < tp:
@@ -40,8 +38,14 @@ func (s Spec) validateGrid(c model.Config) error {
 	case pp > c.Layers:
 		return fmt.Errorf("job: parallel.pp %d: more pipeline stages than the model's %d layers (model.layers): choose pp of at most %d", pp, c.Layers, c.Layers)
 	}
+	if err := s.validateChunks(c); err != nil {
+		return err
+	}
 	if len(p.PPLayers) > 0 || pp > 1 {
-		if _, err := pipeline.Split(c.Layers, pp, p.PPLayers); err != nil {
+		if _, err := pipeline.Split(c.Layers, pp*p.chunks(), p.PPLayers); err != nil {
+			if p.chunks() > 1 { // Megatron-LM splits the model into pp × v chunks
+				return fmt.Errorf("job: parallel.pp_layers (one count per virtual stage, pp × virtual_stages = %d): %w", pp*p.chunks(), err)
+			}
 			return fmt.Errorf("job: parallel.pp_layers: %w", err)
 		}
 	}
@@ -58,9 +62,40 @@ func (s Spec) validateGrid(c model.Config) error {
 	return nil
 }
 
-// ppSplit is the layers of each pipeline stage of the resolved spec s.
+// validateChunks refuses the virtual stages the interleaved schedule
+// cannot run (Megatron-LM's rules), saying what to use instead.
+func (s Spec) validateChunks(c model.Config) error {
+	p := s.Parallel
+	v, pp := p.chunks(), max(p.PP, 1)
+	switch {
+	case v == 1:
+		return nil
+	case v > pipeline.MaxChunks:
+		return fmt.Errorf("job: parallel.virtual_stages %d: at most %d model chunks per rank", v, pipeline.MaxChunks)
+	case pp < 2:
+		return fmt.Errorf("job: parallel.virtual_stages %d with parallel.pp %d: the interleaved schedule needs at least 2 pipeline stages: set parallel.pp to 2 or more, or parallel.virtual_stages to 1", v, pp)
+	case pp*v > c.Layers:
+		fix := fmt.Sprintf("choose virtual_stages of at most %d", c.Layers/pp)
+		if c.Layers/pp < 2 {
+			fix = "set parallel.virtual_stages to 1 (the 1F1B schedule) or a lower parallel.pp"
+		}
+		return fmt.Errorf("job: parallel.virtual_stages %d: parallel.pp %d × %d = %d model chunks, more than the model's %d layers (model.layers): %s",
+			v, pp, v, pp*v, c.Layers, fix)
+	case s.Batch.GradAccum%pp != 0:
+		return fmt.Errorf("job: parallel.virtual_stages %d: batch.grad_accum %d micro-batches is not a multiple of parallel.pp %d, as the interleaved schedule needs (Megatron-LM's rule): set batch.grad_accum to a multiple of %d, or parallel.virtual_stages to 1",
+			v, s.Batch.GradAccum, pp, pp)
+	}
+	return nil
+}
+
+// chunks is the model chunks per pipeline rank: parallel.virtual_stages,
+// 0 meaning 1.
+func (p Parallel) chunks() int { return max(p.VirtualStages, 1) }
+
+// ppSplit is the layers of each pipeline stage of the resolved spec s, or
+// of each virtual stage (pp × virtual_stages of them) when interleaved.
 func (s Spec) ppSplit() ([]int, error) {
-	return pipeline.Split(s.Model.Config.Layers, s.Parallel.PP, s.Parallel.PPLayers)
+	return pipeline.Split(s.Model.Config.Layers, s.Parallel.PP*s.Parallel.chunks(), s.Parallel.PPLayers)
 }
 
 // fitDP makes parallel.dp the run's rank count over tp × pp (the model
@@ -108,4 +143,37 @@ func CheckLayout(spec Spec, world int, resume bool) error {
 		return &usage.Error{Err: err}
 	}
 	return nil
+}
+
+// gridChunkInFlight is, under the interleaved schedule, the activation
+// sets each of stage's chunks keeps (pipeline.Schedule.ChunkInFlight): the
+// most over the schedules the trainer runs, training's and evaluation's
+// (a full evalChunk and the remainder, each padded by evalMicros), since a
+// chunk's sets are kept once made. Nil with one chunk (gridInFlight
+// counts), or for a spec whose schedules cannot run (validateGrid says
+// why).
+func gridChunkInFlight(spec Spec, stage int) []int {
+	p := spec.Parallel
+	v := p.chunks()
+	if v == 1 {
+		return nil
+	}
+	micros := []int{spec.Batch.GradAccum}
+	if b := spec.Eval.Batches; spec.Eval.Every > 0 && b > 0 {
+		micros = append(micros, evalMicros(min(evalChunk, b), p.PP, v))
+		if r := b % evalChunk; b > evalChunk && r > 0 {
+			micros = append(micros, evalMicros(r, p.PP, v))
+		}
+	}
+	sets := make([]int, v)
+	for _, m := range micros {
+		sched, err := scheduleOf(p.PP, m, v)
+		if err != nil {
+			return nil
+		}
+		for c, n := range sched.ChunkInFlight(stage) {
+			sets[c] = max(sets[c], n)
+		}
+	}
+	return sets
 }

@@ -90,8 +90,9 @@ func gridEstimate(m MemoryEstimate, spec Spec, zc zero.Config, rank int) MemoryE
 
 // gridActivations is what the model.Stage of the rank at c allocates for
 // activations (model.StageActivationUseOf, the count of the code that
-// allocates them): its sets for the micro-batches 1F1B keeps in flight
-// there, the working set and scratch.
+// allocates them): its sets for the micro-batches the schedule keeps in
+// flight there (per chunk when interleaved: gridChunkInFlight), the
+// working set and scratch.
 func gridActivations(spec Spec, c planner.Coord, attScratch int) (float64, error) {
 	p := spec.Parallel
 	split, err := spec.ppSplit()
@@ -100,7 +101,8 @@ func gridActivations(spec Spec, c planner.Coord, attScratch int) (float64, error
 	}
 	u, err := model.StageActivationUseOf(model.StageShape{Config: spec.Model.Config, B: spec.Batch.MicroBatch, T: spec.Batch.Seq,
 		TP: p.TP, TPRank: c.TP, SequenceParallel: p.SP(), Split: split, Stage: c.PP,
-		Recompute: model.Recompute(spec.Recompute), InFlight: gridInFlight(spec, c.PP)}, attScratch)
+		Recompute: model.Recompute(spec.Recompute), InFlight: gridInFlight(spec, c.PP),
+		Chunks: p.chunks(), ChunkInFlight: gridChunkInFlight(spec, c.PP)}, attScratch)
 	if err != nil {
 		return 0, fmt.Errorf("train: %w", err)
 	}

@@ -75,7 +75,8 @@ type EvalSpec struct {
 // fastest), the ZeRO stage, and how gradients travel. With tp = pp = 1 the
 // engine runs data parallelism and ZeRO 0–3 in any precision; with tp·pp >
 // 1, Megatron-LM's tensor and pipeline parallelism (1F1B over grad_accum
-// micro-batches) with ZeRO 0 or 1, in any precision (bf16/fp16 as fp32
+// micro-batches, or its interleaved schedule with virtual_stages > 1) with
+// ZeRO 0 or 1, in any precision (bf16/fp16 as fp32
 // values rounded to the type, with fp32 masters: zero.DistConfig).
 type Parallel struct {
 	DP        int `json:"dp" mapstructure:"dp"` // data-parallel replicas; 0 means every rank of the run over tp × pp
@@ -87,12 +88,15 @@ type Parallel struct {
 	// tp > 1, as gtrain plan counts the activations.
 	SequenceParallel *bool `json:"sequence_parallel,omitempty" mapstructure:"sequence_parallel"`
 	// PPLayers is the number of layers of each pipeline stage (one count
-	// per stage, adding up to the model's layers); empty: the planner's
-	// split, the later stages taking the extra layers.
+	// per stage, adding up to the model's layers; with VirtualStages v > 1,
+	// one per virtual stage, pp × v counts); empty: the planner's split,
+	// the later stages taking the extra layers.
 	PPLayers []int `json:"pp_layers,omitempty" mapstructure:"pp_layers"`
 	// VirtualStages is the model chunks per pipeline rank of Megatron-LM's
-	// interleaved schedule (its virtual_pipeline_model_parallel_size); only
-	// 1 (0 means 1), the plain 1F1B schedule, is built.
+	// interleaved schedule (its virtual_pipeline_model_parallel_size): 0
+	// or 1 runs 1F1B; v > 1 splits the model into pp × v virtual stages,
+	// rank s holding stages s, s+pp, …, and needs pp ≥ 2 and grad_accum a
+	// multiple of pp. Checkpoints do not depend on it.
 	VirtualStages int `json:"virtual_stages,omitempty" mapstructure:"virtual_stages"`
 	// BucketMB and FirstBucketMB size the gradient buckets (MiB of
 	// gradients) reduced while backward goes on; the first to fill is
