@@ -240,7 +240,6 @@ func (t *Trainer) gridLoss(loss float32, stop bool) (float32, bool, error) {
 		return 0, false, fmt.Errorf("train: all-reduce of the loss: %w", err)
 	}
 	return v[0] / float32(t.spec.Parallel.DP), v[1] > 0, nil
-	t.noteSaves(v[2])
 }
 
 // evalChunk is the most validation batches one schedule runs, which
