@@ -141,7 +141,7 @@ type CPUSpeed struct {
 // bandwidth of `gtrain bench collectives --max-bytes 64M` from 1 MiB up,
 // with --env GTRAIN_COMM_NO_SHM=1 for TCP.
 var DefaultCPUSpeed = CPUSpeed{
-	GEMMFLOPSPerCore:         230e9,
+	GEMMFLOPSPerCore:         250e9,
 	KernelBytesPerSecPerCore: 8e9,
 	SHMBytesPerSec:           12e9,
 	TCPBytesPerSec:           1.6e9,
