@@ -20,10 +20,16 @@
 #   LAYOUTS      some of: 1 dp2 tp2 pp2 tp2pp2 tp2dp2 pp2dp2 dp4 (default all)
 #   RUN_TIMEOUT  seconds before one run is killed (default 600)
 #   KEEP         a directory to copy the raw results into
+#   NICE         run gtrain under `nice -n NICE` (e.g. -10, as root: on a
+#                machine shared with other work, the runs are then disturbed
+#                less; the table says so)
 # Every rank runs with the engine's default threads (this host's cores / its
 # ranks, at least 1), as run --auto leaves them. A step's time is its
 # slowest rank's step_ms (status records); a run's figure is the median
-# over its timed steps; the table gives the median over runs. Memory per
+# over its timed steps; the table gives the median over runs, and the
+# fastest single step of all runs (on a shared machine, the one least
+# disturbed by other processes: what the planner's prediction is for, a
+# machine to itself). Memory per
 # rank is the largest total any rank reports (its status record's memory:
 # parameters, gradients, optimizer state, activations, buffers) against the
 # planner's most loaded rank. Prints a markdown table on stdout and
@@ -49,6 +55,11 @@ for v in "$runs" "$B" "$mb" "$steps" "$run_timeout"; do
 	[[ $v =~ ^[1-9][0-9]*$ ]] || die "not a positive number: $v"
 done
 [[ $warmup =~ ^[0-9]+$ ]] || die "WARMUP: not a number: $warmup"
+nice=()
+if [[ -n ${NICE:-} ]]; then
+	[[ $NICE =~ ^-?[0-9]+$ ]] || die "NICE: not a number: $NICE"
+	nice=(nice -n "$NICE")
+fi
 ((runs <= 100 && steps <= 1000 && warmup <= 1000 && B <= 4096)) || die "runs ≤ 100, STEPS and WARMUP ≤ 1000, BATCH ≤ 4096"
 # layout name: ranks tp pp
 declare -A shape=([1]="1 1 1" [dp2]="2 1 1" [tp2]="2 2 1" [pp2]="2 1 2"
@@ -156,7 +167,7 @@ measure() {
 	dp=$((n / (tp * pp)))
 	# env -C: run in the scratch directory, so no ./gtrain.yaml of the
 	# repository is read and nothing is left behind.
-	run_session "$ev" "$err" env -C "$tmp" "$gtrain" run --nproc-per-node "$n" --output json --table never \
+	run_session "$ev" "$err" "${nice[@]}" env -C "$tmp" "$gtrain" run --nproc-per-node "$n" --output json --table never \
 		--set model.preset=small --set batch.micro_batch="$mb" --set batch.grad_accum=$((B / (mb * dp))) \
 		--set parallel.tp="$tp" --set parallel.pp="$pp" --set steps=$((warmup + steps)) \
 		--set data.synthetic=$(((B * 256 + 1) * 64)) --set eval.every=0 --set log_every=0 \
@@ -204,10 +215,10 @@ for ((r = 1; r <= runs; r++)); do
 	done
 done
 
-table=$("$py" - "$results" "$B" "$mb" "$runs" "$warmup" "$steps" "$(nproc)" "$layouts" <<'PY'
+table=$("$py" - "$results" "$B" "$mb" "$runs" "$warmup" "$steps" "$(nproc)" "$layouts" "${NICE:-}" <<'PY'
 import json, statistics, sys
 path, B, mb, runs, warmup, steps, cores = sys.argv[1], *map(int, sys.argv[2:8])
-layouts = sys.argv[8].split()
+layouts, nice = sys.argv[8].split(), sys.argv[9]
 names = {"1": "1 rank", "dp2": "DP2", "tp2": "TP2", "pp2": "PP2", "tp2pp2": "TP2·PP2",
          "tp2dp2": "TP2·DP2", "pp2dp2": "PP2·DP2", "dp4": "DP4"}
 ranks = {"1": 1, "dp2": 2, "tp2": 2, "pp2": 2, "tp2pp2": 4, "tp2dp2": 4, "pp2dp2": 4, "dp4": 4}
@@ -221,39 +232,40 @@ for line in open(path):
         meas.setdefault(d["layout"], []).append(d)
 tokens = B * 256
 MiB = 2**20
-print("| layout | ranks | micro-batch × accumulation | ms/step | predicted | predicted / measured | tokens/s | predicted | memory MiB per rank | predicted | predicted / measured |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| layout | ranks | micro-batch × accumulation | ms/step | fastest step | predicted | predicted / measured | predicted / fastest | tokens/s | predicted | memory MiB per rank | predicted | predicted / measured |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 spread, parts = [], []
 for l in layouts:
     k, p, m = ranks[l], pred.get(l), meas.get(l, [])
     over = f"{k}, oversubscribed ({k} ranks on {cores} cores)" if k > cores else f"{k}"
     acc = f"{mb} × {B // (mb * dps[l])}"
-    cells = ["–"] * 8
+    cells = ["–"] * 10
     if m:
         v = [d["step_ms"] for d in m]
-        ms = statistics.median(v)
+        ms, best = statistics.median(v), min(min(d["steps_ms"]) for d in m)
         mem = max(d["memory"].get("total", 0) for d in m) / MiB
-        cells[0], cells[3], cells[5] = f"{ms:.0f}", f"{tokens / ms * 1000:,.0f}", f"{mem:.0f}"
+        cells[0], cells[1], cells[5], cells[7] = f"{ms:.0f}", f"{best:.0f}", f"{tokens / ms * 1000:,.0f}", f"{mem:.0f}"
         if len(v) > 1:
             spread.append(f"{names[l]} {max(v) / min(v):.2f}x")
     if p:
         pm = p["memory"]["total"] / MiB
-        cells[1], cells[4], cells[6] = f"{p['step_ms']:.0f}", f"{p['tokens_per_s']:,.0f}", f"{pm:.0f}"
+        cells[2], cells[6], cells[8] = f"{p['step_ms']:.0f}", f"{p['tokens_per_s']:,.0f}", f"{pm:.0f}"
         q = p["parts"]
         parts.append(f"{names[l]}: compute {q['compute_ms']:.0f} (memory-bound {q['memory_bound_ms']:.0f}), bubble {q['bubble_ms']:.0f}, "
                      f"TP {q['tp_ms']:.0f}, PP {q['pp_exposed_ms']:.1f}, DP {q['dp_exposed_ms']:.1f}, optimizer {q['optimizer_ms']:.0f}")
     if m and p:
-        cells[2] = f"{p['step_ms'] / ms:.2f}"
-        cells[7] = f"{pm / mem:.2f}" if mem else "–"
+        cells[3], cells[4] = f"{p['step_ms'] / ms:.2f}", f"{p['step_ms'] / best:.2f}"
+        cells[9] = f"{pm / mem:.2f}" if mem else "–"
     if not m and l in pred:
         cells[0] = "failed"
     print(f"| {names[l]} | {over} | {acc} | " + " | ".join(cells) + " |")
 print()
 print(f"Global batch {B} sequences × 256 tokens = {tokens:,} tokens per step, float32, ZeRO 0, default threads "
       f"(cores / ranks, at least 1). Measured: median over {runs} interleaved runs of each run's median step "
-      f"({warmup} warm-up + {steps} timed steps; a step lasts as long as its slowest rank); memory: the largest total "
+      f"({warmup} warm-up + {steps} timed steps; a step lasts as long as its slowest rank); fastest step: the "
+      "shortest of all timed steps of all runs (the least disturbed by other processes); memory: the largest total "
       "a rank reports in its status records. Predicted: the planner on the CPU description run --auto measures "
-      "(engine/train.PredictLayout), memory of its most loaded rank.")
+      "(engine/train.PredictLayout), memory of its most loaded rank." + (f" gtrain ran under nice -n {nice}." if nice else ""))
 any_p = next(iter(pred.values()), None)
 if any_p:
     c = any_p["cpu"]
