@@ -293,6 +293,9 @@ func (a *attempt) handle(ev proto.Event) {
 			a.exits = map[int]int{}
 		}
 		a.exits[ev.Rank] = ev.Code
+		if a.preemptedRank(ev) {
+			break
+		}
 		if ev.Code != 0 && !ev.Killed {
 			a.view.Event(ev)
 			a.rankFailed(ev)

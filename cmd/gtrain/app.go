@@ -78,6 +78,11 @@ func (s *signals) relay(sigc <-chan os.Signal, cancel context.CancelCauseFunc, a
 	preempted, cancelled := false, false
 	for sig := range sigc {
 		switch {
+		case sig == syscall.SIGUSR1 && preempted:
+			// The same warning again, not a second interrupt of a worker
+			// saving its state: Slurm signals every process of a job step
+			// (scancel --signal=USR1), and the agent forwards the signal
+			// it got to its ranks too.
 		case !preempted && !cancelled && s.catch.Load() && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
 			preempted = true
 			s.preemptedBy.Store(sig)

@@ -1,0 +1,26 @@
+package launch
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRankPreemptedBySlurm: a preemption signal that reached the ranks and
+// not the launcher (scancel --signal=USR1 to the job's steps) makes a rank
+// exit 75; the launcher then stops the others with SIGUSR1, not SIGTERM,
+// and the job ends resumable.
+func TestRankPreemptedBySlurm(t *testing.T) {
+	dir := t.TempDir()
+	// Rank 1 saves (exits 75) on SIGUSR1 and fails on SIGTERM; rank 0
+	// stops resumable once rank 1 is ready, as if signalled first.
+	script := `if [ "$RANK" = 1 ]; then trap 'exit 75' USR1; trap 'exit 1' TERM; touch ` + dir + `/ready
+while :; do sleep 0.05; done; fi
+while [ ! -e ` + dir + `/ready ]; do sleep 0.05; done; exit 75`
+	_, err := runJob(t, t.Context(), 2, 30*time.Second, script)
+	var re *ResumableError
+	if !errors.As(err, &re) || re.Signal != syscall.SIGUSR1 {
+		t.Fatalf("Run error = %v, want a *ResumableError for SIGUSR1", err)
+	}
+}
