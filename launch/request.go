@@ -24,6 +24,9 @@ import (
 // (what the ranks run) is a Workload.
 type Request struct {
 	NprocPerNode int              // ranks on this machine, without a hostfile
+	// NprocFrom is --nproc-per-node gpu or auto: count the ranks on the
+	// hardware (ResolveNproc; a hostfile's hosts without slots too).
+	NprocFrom string
 	Hostfile     string           // "" = this machine alone
 	Filter       hostfiles.Filter // which of the hostfile's hosts and slots
 	MasterAddr   string
@@ -37,6 +40,12 @@ type Request struct {
 	Chdir        string   // the ranks' working directory; "" = the launcher's
 	Getenv       func(string) string
 	Bind         BindMode // --bind: what each rank is bound to; "" = nothing
+
+	// Hosts without a hostfile, and how their agents start (slurm.go).
+	// Without either inside a Slurm allocation, and with Hostfile "slurm",
+	// the job runs on the allocation's nodes.
+	Hosts    string // --hosts: a Slurm hostlist, "node[01-04]"
+	Launcher string // --launcher auto, ssh or srun; "" = auto
 
 	// How Execute reaches the hosts and where it reports.
 	SSH            SSHConfig
@@ -93,6 +102,9 @@ func (r *Request) Check(nproc int) error {
 // Nodes returns the hosts and slots to run on: from the hostfile and its
 // filters, or this machine with nproc slots; fromFile says which.
 func (r *Request) Nodes(ctx context.Context, nproc int) (nodes []hostfiles.Node, fromFile bool, err error) {
+	if nodes, ok, err := r.clusterNodes(nproc); ok {
+		return nodes, err == nil, err
+	}
 	if r.Hostfile == "" {
 		if r.Filter != (hostfiles.Filter{}) {
 			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
@@ -106,7 +118,7 @@ func (r *Request) Nodes(ctx context.Context, nproc int) (nodes []hostfiles.Node,
 	if nproc != 1 {
 		return nil, false, &usage.Error{Err: errors.New("run: --nproc-per-node is for runs without a hostfile; with --hostfile the slots come from the file (limit them with --num-gpus)")}
 	}
-	hosts, err := hostfiles.ReadFile(ctx, r.Hostfile)
+	hosts, err := r.readHostfile(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -134,6 +146,9 @@ func (r *Request) WorkDir() (string, error) {
 // wins, w.Env last), the working directory, and the launcher's variables
 // that every rank gets (ForwardEnv).
 func (r *Request) Resolve(ctx context.Context, w Workload) (*Job, error) {
+	if err := r.ResolveNproc(ctx); err != nil {
+		return nil, err
+	}
 	nodes, fromFile, err := r.Nodes(ctx, cmp.Or(w.NprocPerNode, r.NprocPerNode))
 	if err != nil {
 		return nil, err
@@ -192,7 +207,11 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 		defer mu.Unlock()
 		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
 	}}
-	return Run(ctx, job, Runtime{Transport: &Mux{Local: local, Remote: remote}, View: view, LogDir: r.LogDir, Abort: abort,
+	tr, err := r.transport(local, remote)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, job, Runtime{Transport: tr, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
 		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor})
 }

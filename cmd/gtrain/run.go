@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,10 +103,13 @@ func addRestartFlag(f *pflag.FlagSet, opts *LaunchOptions) {
 // addLaunchFlags adds the flags that say where and how ranks run: shared
 // by run and by the commands that launch their own ranks (bench).
 func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
-	f.IntVar(&opts.NprocPerNode, "nproc-per-node", 1, "ranks to start on this machine (without --hostfile)")
+	opts.NprocPerNode = 1
+	f.Var((*nprocFlag)(&opts.Request), "nproc-per-node", "ranks to start on this machine (without --hostfile): a number, gpu (one per GPU) or auto (one per GPU, else per CPU); gpu and auto also count a hostfile's local host written without slots")
 	opts.Bind = launch.BindAuto
 	f.Var((*bindFlag)(&opts.Bind), "bind", "bind each rank: auto (as mpirun: core for at most 2 ranks per host, else numa), core (its own share of the cores of its GPU's NUMA node), numa (that node's cores, shared), gpu (numa, and CUDA_VISIBLE_DEVICES = its GPU only: for code using cuda:0), none; all but none set OMP_NUM_THREADS and the nearest NIC unless you did")
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "use")
+	f.StringVar(&opts.Hosts, "hosts", "", "hosts as a Slurm hostlist, 'node[01-04],gpu-7', each with --nproc-per-node ranks (instead of --hostfile; --hostfile slurm, or neither inside an allocation, runs on the Slurm allocation's nodes)")
+	f.StringVar(&opts.Launcher, "launcher", launch.LauncherAuto, "how agents start on the hosts: auto (srun on a Slurm allocation's nodes, else ssh), ssh, srun")
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
@@ -126,6 +130,9 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 // runRun runs (or, with --dry-run, prints) the job: the command, or a
 // fresh job of the built-in engine when there is none.
 func runRun(ctx context.Context, o *RunOptions) error {
+	if err := o.ResolveNproc(ctx); err != nil {
+		return err
+	}
 	if err := o.check(); err != nil {
 		return err
 	}
@@ -156,7 +163,7 @@ func runEngine(ctx context.Context, o *RunOptions) error {
 // launch flags set.
 func (o *RunOptions) engineOptions() enginejob.Options {
 	return enginejob.Options{
-		Hostfile: o.Hostfile != "", DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
+		Hostfile: o.MultiHost(), DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
 		Warn: func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
 	}
 }
@@ -165,8 +172,12 @@ func (o *RunOptions) engineOptions() enginejob.Options {
 // its prepared job j.
 func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	c := j.Spec.Model.Config
-	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
-		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
+	sched := ""
+	if s := j.Spec.Parallel.Schedule(); s != "" {
+		sched = ", pipeline schedule " + s
+	}
+	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
+		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
 	var grid *planner.Grid
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
@@ -254,5 +265,32 @@ func (b *bindFlag) Set(s string) error {
 		return err
 	}
 	*b = bindFlag(m)
+	return nil
+}
+
+// nprocFlag is --nproc-per-node: a number, or gpu or auto, counted on the
+// hardware when the job is resolved (launch.Request.ResolveNproc).
+type nprocFlag launch.Request
+
+func (n *nprocFlag) String() string {
+	if n.NprocFrom != "" {
+		return n.NprocFrom
+	}
+	return strconv.Itoa(n.NprocPerNode)
+}
+
+func (n *nprocFlag) Type() string { return "int|gpu|auto" }
+
+// Set reads a number of ranks, gpu or auto.
+func (n *nprocFlag) Set(s string) error {
+	if s == launch.NprocGPU || s == launch.NprocAuto {
+		n.NprocFrom, n.NprocPerNode = s, 1 // the count comes later
+		return nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want a number of ranks, gpu or auto")
+	}
+	n.NprocFrom, n.NprocPerNode = "", v
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -84,6 +85,14 @@ func TestScripts(t *testing.T) {
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exitcode": cmdExitCode,
+		},
+		// [cpus2]: this process may run on two CPUs or more (NumCPU is its
+		// affinity), as two ranks bound to cores of their own need.
+		Condition: func(cond string) (bool, error) {
+			if cond == "cpus2" {
+				return runtime.NumCPU() >= 2, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 	})
 }
