@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan
+.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -90,3 +90,8 @@ bench-grid: build
 # Planner search time: the 1T model on 3072 GPUs, 5 runs, medians.
 bench-plan:
 	bash docs/bench/plan.sh 5
+
+# The training stall of a gpt2 checkpoint, synchronous vs checkpoint.async
+# (3 interleaved runs of each, medians), and the snapshot's memory.
+bench-ckpt-async:
+	bash docs/bench/ckpt_async.sh 3

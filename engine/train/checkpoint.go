@@ -36,7 +36,8 @@ func NewestValid(ctx context.Context, dir string) (*ckpt.Checkpoint, bool) {
 // restores the checkpoint to start from. Rank 0 takes the directory's
 // writer lock (held until release) and checks that it can write there, so
 // that a directory in use or unwritable fails the run before its first
-// step rather than at its first checkpoint. Then: a restart resumes from
+// step rather than at its first checkpoint; with ranks on several hosts,
+// that every rank's files reach rank 0 (probeShared). Then: a restart resumes from
 // the newest valid checkpoint, if any; a resume from the one asked for, or
 // the newest; a fresh run refuses a directory that holds another run's
 // checkpoints.
@@ -47,6 +48,7 @@ func (t *Trainer) prepareCheckpoints(res *Result) (release func(), err error) {
 	}
 	lock, err := t.lockDir()
 	release = func() {
+		t.abandonSaves() // a run that ends early leaves no goroutine writing
 		if err := lock.Unlock(); err != nil {
 			t.env.Warn(fmt.Sprintf("train: unlock %s: %v", dir, err))
 		}
@@ -54,6 +56,13 @@ func (t *Trainer) prepareCheckpoints(res *Result) (release func(), err error) {
 	if err = t.agree(err, "could not use checkpoint.dir "+dir); err != nil {
 		release()
 		return nil, err
+	}
+	if err = t.probeShared(); err != nil {
+		release()
+		return nil, err
+	}
+	if t.spec.Checkpoint.Async {
+		t.async = &asyncSave{}
 	}
 	c, err := t.startingPoint()
 	if err == nil && c != nil {
@@ -263,9 +272,36 @@ func (t *Trainer) checkpointDue() bool {
 
 // SaveCheckpoint writes this rank's part of the state for the current
 // step; rank 0 commits the checkpoint once every rank's file is written.
-// Every rank must call it. It returns the step directory.
+// Every rank must call it. It returns the step directory. It writes at
+// once, whatever checkpoint.async says.
 func (t *Trainer) SaveCheckpoint() (string, error) {
-	dir := t.spec.Checkpoint.Dir
+	s, err := t.capture()
+	if err != nil {
+		return "", err
+	}
+	f, werr := s.write()
+	files, err := t.shareFiles(f, werr)
+	if err == nil && t.env.Rank == 0 {
+		err = t.commit(s.step, files, t.env.Warn)
+	}
+	return t.agreeSaved(s.step, err)
+}
+
+// rankSave is what a rank writes for the checkpoint of one step: its
+// state and its tensors, views of the live state (a synchronous save) or
+// of a snapshot (checkpoint.async).
+type rankSave struct {
+	dir   string
+	step  int
+	rank  int
+	state []byte
+	shard []ckpt.Tensor     // the data-parallel path
+	parts []ckpt.PartTensor // tp·pp > 1
+}
+
+// capture is what the rank saves for the current step, its tensors views
+// of the live state.
+func (t *Trainer) capture() (rankSave, error) {
 	st := rankState{Step: t.step, AdamStep: t.adam().Step, Sampler: t.sampler.State()}
 	if t.spec.Precision == "fp16" {
 		sc := t.scaler().Scaler()
@@ -273,26 +309,45 @@ func (t *Trainer) SaveCheckpoint() (string, error) {
 	}
 	state, err := json.Marshal(st)
 	if err != nil {
-		return "", err
+		return rankSave{}, fmt.Errorf("train: checkpoint step %d: rank state: %w", t.step, err)
 	}
-	var f ckpt.File
-	var werr error
+	s := rankSave{dir: t.spec.Checkpoint.Dir, step: t.step, rank: t.env.Rank, state: state}
 	if t.grid != nil {
-		f, werr = ckpt.WriteParts(dir, int64(t.step), t.env.Rank, t.grid.parts(), state)
+		s.parts = t.grid.parts()
 	} else {
-		f, werr = ckpt.WriteShard(dir, int64(t.step), t.env.Rank, t.zero.Shard(), state)
+		s.shard = t.zero.Shard()
 	}
-	files, err := t.shareFiles(f, werr)
-	if err == nil && t.env.Rank == 0 {
-		p := t.spec.Parallel
-		man := ckpt.Manifest{
-			Step: int64(t.step), Job: t.marshalSpec(), Files: files,
-			Layout: ckpt.Layout{World: t.env.World, DP: p.DP, TP: p.TP, PP: p.PP, ZeroStage: p.ZeroStage},
-		}
-		err = ckpt.Commit(dir, man, t.spec.Checkpoint.Keep, t.env.Warn)
+	return s, nil
+}
+
+// write writes the rank's file of s (sha256 computed while it is written,
+// fsynced, renamed into place). It touches no communicator, so a
+// background goroutine may call it.
+func (s rankSave) write() (ckpt.File, error) {
+	if s.parts != nil {
+		return ckpt.WriteParts(s.dir, int64(s.step), s.rank, s.parts, s.state)
 	}
+	return ckpt.WriteShard(s.dir, int64(s.step), s.rank, s.shard, s.state)
+}
+
+// commit is rank 0's commit of step, once every rank's file is written
+// (files): the manifest, written last and atomically, then pruning
+// beyond checkpoint.keep. It touches no communicator.
+func (t *Trainer) commit(step int, files []ckpt.File, warn func(string)) error {
+	p := t.spec.Parallel
+	man := ckpt.Manifest{
+		Step: int64(step), Job: t.marshalSpec(), Files: files,
+		Layout: ckpt.Layout{World: t.env.World, DP: p.DP, TP: p.TP, PP: p.PP, ZeroStage: p.ZeroStage},
+	}
+	return ckpt.Commit(t.spec.Checkpoint.Dir, man, t.spec.Checkpoint.Keep, warn)
+}
+
+// agreeSaved makes rank 0's outcome of the commit of step (err on rank 0;
+// on the others, their own error so far) every rank's, and returns the
+// step directory.
+func (t *Trainer) agreeSaved(step int, err error) (string, error) {
 	if err = t.agree(err, "could not commit the checkpoint"); err != nil {
-		return "", fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
+		return "", fmt.Errorf("train: checkpoint step %d: %w", step, err)
 	}
-	return filepath.Join(dir, ckpt.StepDirName(int64(t.step))), nil
+	return filepath.Join(t.spec.Checkpoint.Dir, ckpt.StepDirName(int64(step))), nil
 }

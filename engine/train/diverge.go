@@ -47,6 +47,11 @@ func (e *DivergedError) Error() string {
 
 // diverged is the error for the step of r.
 func (t *Trainer) diverged(r Record) error {
+	// An asynchronous checkpoint in flight was of a finite state: complete
+	// it, so that the error names it (every rank diverges at this step).
+	if _, err := t.finishSaves(); err != nil {
+		t.env.Warn(err.Error())
+	}
 	var what []string
 	add := func(name string, v float64) {
 		if !finite(v) {
@@ -74,6 +79,19 @@ func (t *Trainer) divergedError(step int, what string) *DivergedError {
 // could only diverge again when resumed, and with checkpoint.keep it would
 // push the last good one out.
 func (t *Trainer) save() (string, error) {
+	if err := t.checkFinite(); err != nil {
+		return "", err
+	}
+	dir, err := t.SaveCheckpoint()
+	if err == nil {
+		t.saved = dir
+	}
+	return dir, err
+}
+
+// checkFinite refuses, on every rank, a checkpoint of a state that is not
+// finite on some rank.
+func (t *Trainer) checkFinite() error {
 	var bad float32
 	if t.grid != nil {
 		bad = float32(t.grid.nonFinite())
@@ -83,16 +101,12 @@ func (t *Trainer) save() (string, error) {
 	if t.env.Comm != nil {
 		v := []float32{bad}
 		if err := t.env.Comm.AllReduce(t.ctx(), comm.F32(v), comm.Max); err != nil {
-			return "", fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
+			return fmt.Errorf("train: checkpoint step %d: %w", t.step, err)
 		}
 		bad = v[0]
 	}
 	if bad > 0 {
-		return "", t.divergedError(t.step, "parameters or optimizer state not finite, so its checkpoint was refused")
+		return t.divergedError(t.step, "parameters or optimizer state not finite, so its checkpoint was refused")
 	}
-	dir, err := t.SaveCheckpoint()
-	if err == nil {
-		t.saved = dir
-	}
-	return dir, err
+	return nil
 }

@@ -229,16 +229,18 @@ func (t *Trainer) gridStep() (o stepOutcome, err error) {
 }
 
 // gridLoss gives every rank the mean of the replicas' losses (each known
-// to one rank, which passes it as loss; the others pass 0) and whether any
-// rank was preempted, in one all-reduce over the world.
+// to one rank, which passes it as loss; the others pass 0), whether any
+// rank was preempted and whether any rank's asynchronous checkpoint write
+// still runs (saveBusy), in one all-reduce over the world.
 func (t *Trainer) gridLoss(loss float32, stop bool) (float32, bool, error) {
-	v := []float32{loss, 0}
+	v := []float32{loss, 0, t.saveBusy()}
 	if stop {
 		v[1] = 1
 	}
 	if err := t.env.Comm.AllReduce(t.ctx(), comm.F32(v), comm.Sum); err != nil {
 		return 0, false, fmt.Errorf("train: all-reduce of the loss: %w", err)
 	}
+	t.noteSaves(v[2])
 	return v[0] / float32(t.spec.Parallel.DP), v[1] > 0, nil
 }
 

@@ -27,11 +27,14 @@ type MemoryEstimate struct {
 	Init float64
 	// Data is the synthetic corpus; token files are mapped, not counted.
 	Data float64
+	// Snapshot is the host copy of what the rank saves, held with
+	// checkpoint.async (snapshotEstimate).
+	Snapshot float64
 }
 
 // Total is the sum of every category.
 func (m MemoryEstimate) Total() float64 {
-	return m.Params + m.Grads + m.Optimizer + m.Activations + m.Buffers + m.Init + m.Data
+	return m.Params + m.Grads + m.Optimizer + m.Activations + m.Buffers + m.Init + m.Data + m.Snapshot
 }
 
 // EstimateMemory is what rank of world ranks, local of them on its host
@@ -68,6 +71,7 @@ func EstimateMemory(spec Spec, world, rank, local int) (MemoryEstimate, error) {
 			return MemoryEstimate{}, err
 		}
 	}
+	m.Snapshot = snapshotEstimate(spec, zc, world, rank)
 	if spec.Data.Train == "" { // uint16 tokens: the training corpus and a tenth for validation
 		m.Data = 2 * float64(spec.Data.Synthetic+max(spec.Data.Synthetic/10, spec.Batch.Seq+2))
 	}
@@ -188,6 +192,9 @@ func (e *MemoryError) Error() string {
 	}
 	if n.Data > 0 {
 		per += ", synthetic data " + humanBytes(n.Data)
+	}
+	if n.Snapshot > 0 {
+		per += ", checkpoint snapshot " + humanBytes(n.Snapshot)
 	}
 	ranks, has := "", fmt.Sprintf("each process may map at most %s (%s)", humanBytes(e.Limit), e.From)
 	if !e.PerProcess {

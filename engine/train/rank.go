@@ -174,6 +174,7 @@ func envFromEnviron(ctx context.Context, getenv func(string) string) (Env, func(
 		return env, nil, fmt.Errorf("worker: %w", err)
 	}
 	env.Rank, env.World, env.LocalWorld, env.Comm = de.Rank, de.WorldSize, de.LocalWorldSize, w.Comm
+	env.Host = de.Host
 	return env, func() { w.Close(); closeStatus() }, nil
 }
 

@@ -62,6 +62,13 @@ type CkptSpec struct {
 	Dir   string `json:"dir" mapstructure:"dir"`
 	Every int    `json:"every" mapstructure:"every"` // steps between checkpoints; one is always written at the end
 	Keep  int    `json:"keep" mapstructure:"keep"`   // newest checkpoints kept; 0 keeps all
+	// Async writes checkpoints in the background: at the step boundary
+	// each rank copies what it saves into host memory (one copy of its
+	// saved state, kept from one checkpoint to the next) and trains on
+	// while a goroutine writes it; the final and the preemption checkpoint
+	// are written at once, as without it. Omitted when false, so that the
+	// job of a checkpoint written without it reads as before.
+	Async bool `json:"async,omitempty" mapstructure:"async"`
 }
 
 // EvalSpec is the validation-loss policy; Every 0 disables it.

@@ -150,24 +150,30 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // MemoryUse is the bytes a rank holds, by category. Params, Grads and
 // Optimizer are the model states of the ZeRO paper (Optimizer includes the
 // fp32 master weights of mixed precision); Buffers are the gradient
-// buckets, gathered layers and conversion scratch.
+// buckets, gathered layers and conversion scratch; Snapshot the host copy
+// of an asynchronous checkpoint (checkpoint.async), once the first is taken.
 type MemoryUse struct {
 	Params      int64 `json:"params"`
 	Grads       int64 `json:"grads"`
 	Optimizer   int64 `json:"optimizer"`
 	Activations int64 `json:"activations"`
 	Buffers     int64 `json:"buffers"`
+	Snapshot    int64 `json:"snapshot,omitempty"`
 	Total       int64 `json:"total"`
 }
 
 // Memory is what this rank holds now.
 func (t *Trainer) Memory() MemoryUse {
+	var u MemoryUse
 	if t.grid != nil {
-		return t.grid.memory()
+		u = t.grid.memory()
+	} else {
+		z := t.zero.Memory()
+		u = MemoryUse{Params: z.Params, Grads: z.Grads, Optimizer: z.Optimizer, Activations: t.model.ActivationBytes(), Buffers: z.Buffers}
+		u.Total = u.Params + u.Grads + u.Optimizer + u.Activations + u.Buffers
 	}
-	z := t.zero.Memory()
-	u := MemoryUse{Params: z.Params, Grads: z.Grads, Optimizer: z.Optimizer, Activations: t.model.ActivationBytes(), Buffers: z.Buffers}
-	u.Total = u.Params + u.Grads + u.Optimizer + u.Activations + u.Buffers
+	u.Snapshot = t.snapshotBytes()
+	u.Total += u.Snapshot
 	return u
 }
 

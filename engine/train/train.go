@@ -22,6 +22,9 @@ import (
 // Env is what a rank's trainer knows of its surroundings.
 type Env struct {
 	Rank, World int
+	// Host is the rank's host as the hostfile names it (gtrain run's
+	// GTRAIN_HOST), for errors; "" for the system's host name.
+	Host string
 	// Comm connects the data-parallel ranks (rank and size as above); nil
 	// for a single rank.
 	Comm       *comm.Communicator
@@ -85,6 +88,7 @@ type Trainer struct {
 	step    int             // steps completed
 	runCtx  context.Context // Run's, for the collectives of checkpoints
 	saved   string          // the newest checkpoint this run saved or resumed from
+	async   *asyncSave      // checkpoint.async: the snapshot and the write in flight (async.go)
 	// commWait is comm.BlockedTime at the last status record.
 	commWait time.Duration
 }
@@ -317,10 +321,12 @@ func (t *Trainer) trainStep() (o stepOutcome, err error) {
 // meanLoss averages the loss over the ranks and, in the same all-reduce,
 // whether any rank has been preempted: the average of 0s and 1s is above
 // 0 on every rank as soon as one rank says 1, so all ranks stop after the
-// same step at the cost of no extra collective. The gradient reductions
-// still in flight finish first (the update needs them anyway).
+// same step at the cost of no extra collective. The same goes for whether
+// any rank's asynchronous checkpoint write still runs (saveBusy). The
+// gradient reductions still in flight finish first (the update needs them
+// anyway).
 func (t *Trainer) meanLoss(loss float32) (float32, bool, error) {
-	v := []float32{loss, 0}
+	v := []float32{loss, 0, t.saveBusy()}
 	if preempted(t.env.Preempt) {
 		v[1] = 1
 	}
@@ -330,6 +336,7 @@ func (t *Trainer) meanLoss(loss float32) (float32, bool, error) {
 	if err := t.zero.Mean(v); err != nil {
 		return 0, false, err
 	}
+	t.noteSaves(v[2])
 	return v[0], v[1] > 0, nil
 }
 
@@ -382,7 +389,13 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	res.Steps, res.Skipped = t.step, t.skipped()
-	return res, nil
+	// An asynchronous checkpoint still being written is completed before
+	// the run ends: the job must not exit before it is durable.
+	dir, err := t.finishSaves()
+	if dir != "" {
+		res.Checkpoint = dir
+	}
+	return res, err
 }
 
 // runStep takes one step and does what follows it: the status record,
@@ -412,10 +425,8 @@ func (t *Trainer) runStep(res *Result, tokens int) error {
 	if rec.ValLoss != nil && !finite(float64(*rec.ValLoss)) {
 		return t.diverged(rec)
 	}
-	if t.checkpointDue() || o.stop && t.spec.Checkpoint.Dir != "" {
-		if res.Checkpoint, err = t.save(); err != nil {
-			return err
-		}
+	if err := t.checkpointAfter(res, o.stop); err != nil {
+		return err
 	}
 	if o.stop {
 		res.Preempted = true
