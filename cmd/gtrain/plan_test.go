@@ -151,11 +151,11 @@ func TestPlanTopologyAndHostfile(t *testing.T) {
 // evaluated, and --explain shows its grid.
 func TestPlanPinnedAll(t *testing.T) {
 	code, out, stderr := runMain(t, "plan", "--model", "megatron-146b", "--gpus", "1536", "--tp", "8", "--pp", "8",
-		"--dp", "24", "--zero", "0", "--micro-batch", "1", "--recompute", "full", "--explain", "--sequence-parallel=false")
+		"--dp", "24", "--zero", "0", "--micro-batch", "1", "--recompute", "full", "--virtual-stages", "1", "--explain", "--sequence-parallel=false")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"searched: 1 layouts evaluated", "\n*  8   8   24  0     1    96  full ",
+	for _, want := range []string{"searched: 1 layouts evaluated", "\n*  8   8   1    24  0     1    96  full ",
 		"rank 8     node 1    dp 0    pp 1    tp 0", "groups of rank 0: TP {0, 1, 2, 3, 4, 5, …, 7}, PP {0, 8, 16, 24, 32, 40, …, 56}"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)

@@ -177,3 +177,16 @@ func gridChunkInFlight(spec Spec, stage int) []int {
 	}
 	return sets
 }
+
+// Schedule names the pipeline schedule the layout runs, for the launcher
+// to print: "interleaved 1F1B, v model chunks per rank" with virtual
+// stages, "1F1B" with a pipeline, "" without one.
+func (p Parallel) Schedule() string {
+	switch {
+	case p.PP > 1 && p.chunks() > 1:
+		return fmt.Sprintf("interleaved 1F1B, %d model chunks per rank", p.chunks())
+	case p.PP > 1:
+		return "1F1B"
+	}
+	return ""
+}
