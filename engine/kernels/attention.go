@@ -35,23 +35,37 @@ func AttentionScratch(threads, T int) int {
 // float32: a row has at most T terms, each at most 1, and an error in the
 // sum rescales the whole row by the same factor.
 func AttentionForward(threads int, out, att, qkv []float32, B, T, C, NH int) {
+	attentionForward(Sgemm, threads, out, att, qkv, B, T, C, NH)
+}
+
+// AttentionForwardBF16 is AttentionForward with its matmuls (scores and
+// the weighted sum of V) on operands rounded to bfloat16 (SgemmBF16), as
+// mixed precision runs them; the softmax stays float32.
+func AttentionForwardBF16(threads int, out, att, qkv []float32, B, T, C, NH int) {
+	attentionForward(SgemmBF16, threads, out, att, qkv, B, T, C, NH)
+}
+
+// gemmFunc is Sgemm or SgemmBF16.
+type gemmFunc func(threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+
+func attentionForward(gemm gemmFunc, threads int, out, att, qkv []float32, B, T, C, NH int) {
 	pairs := B * NH
 	// B·T²·C is proportional to the multiply-adds of all heads.
 	if nw := workersFor(threads, pairs, B*T*T*C); nw > 1 {
 		parallelFor(nw, pairs, func(_, lo, hi int) {
 			for p := lo; p < hi; p++ {
-				attentionForwardHead(out, att, qkv, p/NH, p%NH, T, C, NH)
+				attentionForwardHead(gemm, out, att, qkv, p/NH, p%NH, T, C, NH)
 			}
 		})
 		return
 	}
 	for p := range pairs {
-		attentionForwardHead(out, att, qkv, p/NH, p%NH, T, C, NH)
+		attentionForwardHead(gemm, out, att, qkv, p/NH, p%NH, T, C, NH)
 	}
 }
 
 // attentionForwardHead is AttentionForward for batch b, head h.
-func attentionForwardHead(out, att, qkv []float32, b, h, T, C, NH int) {
+func attentionForwardHead(gemm gemmFunc, out, att, qkv []float32, b, h, T, C, NH int) {
 	hs, C3 := C/NH, 3*C
 	base := b*T*C3 + h*hs
 	q, k, v := qkv[base:], qkv[base+C:], qkv[base+2*C:]
@@ -60,13 +74,13 @@ func attentionForwardHead(out, att, qkv []float32, b, h, T, C, NH int) {
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	for i0 := 0; i0 < T; i0 += attnBlock {
 		i1 := min(i0+attnBlock, T)
-		Sgemm(1, false, true, i1-i0, i1, hs, scale, q[i0*C3:], C3, k, C3, 0, a[i0*T:], T)
+		gemm(1, false, true, i1-i0, i1, hs, scale, q[i0*C3:], C3, k, C3, 0, a[i0*T:], T)
 		for i := i0; i < i1; i++ {
 			softmaxCausalRow(a[i*T:i*T+T], i)
 		}
 		// Row i of the block is zero past column i, so keys [0, i1) are all
 		// the block needs.
-		Sgemm(1, false, false, i1-i0, hs, i1, 1, a[i0*T:], T, v, C3, 0, o[i0*C:], C)
+		gemm(1, false, false, i1-i0, hs, i1, 1, a[i0*T:], T, v, C3, 0, o[i0*C:], C)
 	}
 }
 
@@ -96,6 +110,16 @@ func softmaxCausalRow(row []float32, i int) {
 // softmax's gradient), dQ += dS·K/√hs and dK += dSᵀ·Q/√hs, all as Sgemm
 // calls on the causal lower triangle in blocks of attnBlock rows.
 func AttentionBackward(threads int, dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int) {
+	attentionBackward(Sgemm, threads, dqkv, dout, qkv, att, scratch, B, T, C, NH)
+}
+
+// AttentionBackwardBF16 is AttentionBackward with its matmuls on operands
+// rounded to bfloat16 (SgemmBF16); the softmax's gradient stays float32.
+func AttentionBackwardBF16(threads int, dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int) {
+	attentionBackward(SgemmBF16, threads, dqkv, dout, qkv, att, scratch, B, T, C, NH)
+}
+
+func attentionBackward(gemm gemmFunc, threads int, dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int) {
 	pairs := B * NH
 	nw := workersFor(threads, pairs, B*T*T*C)
 	if need := nw * T * T; len(scratch) < need {
@@ -105,19 +129,19 @@ func AttentionBackward(threads int, dqkv, dout, qkv, att, scratch []float32, B, 
 		parallelFor(nw, pairs, func(w, lo, hi int) {
 			ds := scratch[w*T*T : (w+1)*T*T]
 			for p := lo; p < hi; p++ {
-				attentionBackwardHead(dqkv, dout, qkv, att, ds, p/NH, p%NH, T, C, NH)
+				attentionBackwardHead(gemm, dqkv, dout, qkv, att, ds, p/NH, p%NH, T, C, NH)
 			}
 		})
 		return
 	}
 	for p := range pairs {
-		attentionBackwardHead(dqkv, dout, qkv, att, scratch[:T*T], p/NH, p%NH, T, C, NH)
+		attentionBackwardHead(gemm, dqkv, dout, qkv, att, scratch[:T*T], p/NH, p%NH, T, C, NH)
 	}
 }
 
 // attentionBackwardHead is AttentionBackward for batch b, head h, with ds
 // (T×T) as its scratch.
-func attentionBackwardHead(dqkv, dout, qkv, att, ds []float32, b, h, T, C, NH int) {
+func attentionBackwardHead(gemm gemmFunc, dqkv, dout, qkv, att, ds []float32, b, h, T, C, NH int) {
 	hs, C3 := C/NH, 3*C
 	base := b*T*C3 + h*hs
 	q, k, v := qkv[base:], qkv[base+C:], qkv[base+2*C:]
@@ -127,11 +151,11 @@ func attentionBackwardHead(dqkv, dout, qkv, att, ds []float32, b, h, T, C, NH in
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	for i0 := 0; i0 < T; i0 += attnBlock {
 		i1 := min(i0+attnBlock, T)
-		Sgemm(1, false, true, i1-i0, i1, hs, 1, do[i0*C:], C, v, C3, 0, ds[i0*T:], T)
+		gemm(1, false, true, i1-i0, i1, hs, 1, do[i0*C:], C, v, C3, 0, ds[i0*T:], T)
 		for i := i0; i < i1; i++ {
 			softmaxBackwardRow(ds[i*T:i*T+i1], a[i*T:i*T+i+1])
 		}
-		Sgemm(1, false, false, i1-i0, hs, i1, scale, ds[i0*T:], T, k, C3, 1, dq[i0*C3:], C3)
+		gemm(1, false, false, i1-i0, hs, i1, scale, ds[i0*T:], T, k, C3, 1, dq[i0*C3:], C3)
 	}
 	// Key j receives gradient from queries i ≥ j only. For the keys of a
 	// block [j0, j1) those are rows [j0, T) of dS and P; within them,
@@ -139,8 +163,8 @@ func attentionBackwardHead(dqkv, dout, qkv, att, ds []float32, b, h, T, C, NH in
 	// past i, the later blocks' rows cover all of [j0, j1)).
 	for j0 := 0; j0 < T; j0 += attnBlock {
 		j1 := min(j0+attnBlock, T)
-		Sgemm(1, true, false, j1-j0, hs, T-j0, scale, ds[j0*T+j0:], T, q[j0*C3:], C3, 1, dk[j0*C3:], C3)
-		Sgemm(1, true, false, j1-j0, hs, T-j0, 1, a[j0*T+j0:], T, do[j0*C:], C, 1, dv[j0*C3:], C3)
+		gemm(1, true, false, j1-j0, hs, T-j0, scale, ds[j0*T+j0:], T, q[j0*C3:], C3, 1, dk[j0*C3:], C3)
+		gemm(1, true, false, j1-j0, hs, T-j0, 1, a[j0*T+j0:], T, do[j0*C:], C, 1, dv[j0*C3:], C3)
 	}
 }
 

@@ -21,31 +21,42 @@ func Sgemm(threads int, transA, transB bool, m, n, k int, alpha float32, a []flo
 // sgemmAt is Sgemm with the kernels and block sizes of lv, which the tests
 // and benchmarks pick.
 func sgemmAt(lv *gemmLevel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	ar, ac, br, bc, ok := checkSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if !ok {
+		return
+	}
+	raceSgemm(a, ar, ac, lda, b, br, bc, ldb, c, m, n, ldc)
+	s := newSgemmCall(lv, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	s.run()
+	putSgemmCall(s)
+}
+
+// checkSgemm panics on bad arguments, as Sgemm documents, and returns the
+// shapes of A and B as stored; ok is false when nothing is left to
+// multiply (C is empty, or only scaled by beta, which checkSgemm did).
+func checkSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (ar, ac, br, bc int, ok bool) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("kernels: Sgemm: negative dimension (m %d, n %d, k %d)", m, n, k))
 	}
 	if m == 0 || n == 0 {
-		return
+		return 0, 0, 0, 0, false
 	}
 	checkGemmMatrix("c", len(c), m, n, ldc)
 	if k == 0 || alpha == 0 {
 		scaleGemmRows(m, n, beta, c, ldc)
-		return
+		return 0, 0, 0, 0, false
 	}
-	ar, ac := m, k
+	ar, ac = m, k
 	if transA {
 		ar, ac = k, m
 	}
-	br, bc := k, n
+	br, bc = k, n
 	if transB {
 		br, bc = n, k
 	}
 	checkGemmMatrix("a", len(a), ar, ac, lda)
 	checkGemmMatrix("b", len(b), br, bc, ldb)
-	raceSgemm(a, ar, ac, lda, b, br, bc, ldb, c, m, n, ldc)
-	s := newSgemmCall(lv, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-	s.run()
-	putSgemmCall(s)
+	return ar, ac, br, bc, true
 }
 
 // checkGemmMatrix panics unless a slice of length size holds a rows×cols

@@ -33,6 +33,11 @@ var gemmBenchShapes = []string{
 	"NN_1024x768x256",                  // small model: qkv
 	"NN_1024x256x1024",                 // small model: fc projection
 	"NT_1024x257x256",                  // small model: logits
+	"NN_2048x1152x384",                 // small preset (C = 384, 8×256 tokens): qkv
+	"NN_2048x1536x384",                 // small preset: fc
+	"NN_2048x384x1536",                 // small preset: fc projection
+	"NT_2048x1536x384",                 // small preset: backward dx of fc projection
+	"TN_384x1536x2048",                 // small preset: backward dW of fc
 }
 
 // gemmBenchShape is a parsed shape name.
@@ -121,6 +126,38 @@ func BenchmarkSgemm(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/t%d", sh.name, threads), func(b *testing.B) {
 				benchSgemm(b, &gemmLevels[cpuLevel], sh, threads)
+			})
+		}
+	}
+}
+
+// benchSgemmBF16 times sgemmBF16At(lv, threads, ...) with alpha 1 and
+// beta 0, reporting GFLOP/s as benchSgemm does.
+func benchSgemmBF16(b *testing.B, lv *gemmLevel, sh gemmBenchShape, threads int) {
+	x, y, z := sh.operands()
+	b.ReportAllocs()
+	for b.Loop() {
+		sgemmBF16At(lv, threads, sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, x, sh.ld0, y, sh.ld1, 0, z, sh.ld2)
+	}
+	flops := 2 * float64(sh.m) * float64(sh.n) * float64(sh.k) * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkGemmPrecision runs Sgemm and SgemmBF16 (each at the best level
+// this machine has) side by side on every shape with 1 and 2 threads:
+// GemmPrecision/<shape>/<fp32|bf16>/t<threads>.
+func BenchmarkGemmPrecision(b *testing.B) {
+	bf16 := gemmBF16Level
+	if bf16 == nil {
+		bf16 = &gemmLevels[cpuLevel]
+	}
+	for _, sh := range gemmBenchShapeList(b) {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/fp32/t%d", sh.name, threads), func(b *testing.B) {
+				benchSgemm(b, &gemmLevels[cpuLevel], sh, threads)
+			})
+			b.Run(fmt.Sprintf("%s/bf16/t%d", sh.name, threads), func(b *testing.B) {
+				benchSgemmBF16(b, bf16, sh, threads)
 			})
 		}
 	}

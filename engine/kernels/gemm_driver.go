@@ -88,7 +88,7 @@ func putSgemmCall(s *sgemmCall) {
 // when there are too few columns, into pieces of at least gemmMinChunkRows.
 func (s *sgemmCall) plan(threads int) {
 	lv := s.lv
-	s.kc = gemmCeilDiv(s.k, gemmCeilDiv(s.k, lv.kc))
+	s.kc = gemmKC(lv, s.k)
 	s.pn, s.pm = gemmCeilDiv(s.n, lv.nr), gemmCeilDiv(s.m, lv.mr)
 	cn, cm := gemmCeilDiv(s.n, lv.nc), gemmCeilDiv(s.m, lv.mc)
 	if threads > 1 {
@@ -128,7 +128,11 @@ func (s *sgemmCall) work() {
 		ci, cj := i/s.cn, i%s.cn
 		i0, i1 := ci*s.pm/s.cm*mr, min((ci+1)*s.pm/s.cm*mr, s.m)
 		j0, j1 := cj*s.pn/s.cn*nr, min((cj+1)*s.pn/s.cn*nr, s.n)
-		s.chunk(buf, i0, i1, j0, j1)
+		if s.lv.bf16 != nil {
+			s.chunkBF16(buf, i0, i1, j0, j1)
+		} else {
+			s.chunk(buf, i0, i1, j0, j1)
+		}
 	}
 	gemmBufs.put(buf)
 }

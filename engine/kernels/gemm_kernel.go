@@ -27,6 +27,10 @@ type gemmLevel struct {
 	// Bᵀ faster than packGemmBTGo, which it is called like, from row 0, and
 	// returns how many rows it did.
 	packBT func(dst, src []float32, ldb, kb int) int
+
+	// bf16, if not nil, makes this a level of SgemmBF16: kernN, kernT,
+	// packA and packBT are unused (see gemm_bf16_driver.go).
+	bf16 *bf16Ops
 }
 
 // gemmGoLevel is the portable kernel. It always packs A, so that the kernel

@@ -1,10 +1,12 @@
 package kernels
 
 // gemmBuf is one goroutine's scratch space for a multiply: the packed
-// block of B, the last rows of A and a tile of C. Buffers are pooled so
+// block of B, the last rows of A and a tile of C (bf16 levels: the packed
+// block of B and panel of A in bp and ap instead). Buffers are pooled so
 // that a multiply allocates nothing once the pool holds big enough ones.
 type gemmBuf struct {
 	b, a, tile []float32
+	bp, ap     []uint32
 }
 
 var gemmBufs gemmFreeList[gemmBuf]
@@ -13,14 +15,24 @@ var gemmBufs gemmFreeList[gemmBuf]
 func getGemmBuf(s *sgemmCall) *gemmBuf {
 	buf := gemmBufs.get()
 	mr, nr := s.lv.mr, s.lv.nr
+	if need := mr * nr; len(buf.tile) < need {
+		buf.tile = make([]float32, need)
+	}
+	if s.lv.bf16 != nil {
+		kp := (s.kc + 1) / 2
+		if need := kp * gemmCeilDiv(s.pn, s.cn) * nr; len(buf.bp) < need {
+			buf.bp = make([]uint32, need)
+		}
+		if need := kp * mr; len(buf.ap) < need {
+			buf.ap = make([]uint32, need)
+		}
+		return buf
+	}
 	if need := s.kc * gemmCeilDiv(s.pn, s.cn) * nr; len(buf.b) < need {
 		buf.b = make([]float32, need)
 	}
 	if need := s.kc * mr; len(buf.a) < need {
 		buf.a = make([]float32, need)
-	}
-	if need := mr * nr; len(buf.tile) < need {
-		buf.tile = make([]float32, need)
 	}
 	return buf
 }

@@ -1,0 +1,68 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// gemmBF16Level is SgemmBF16's level: the AVX-512 BF16 kernel where the CPU
+// has it (x/sys/cpu reports AVX-512 only when the OS saves its registers),
+// else nil, for the rounded copies and Sgemm's kernels.
+var gemmBF16Level = func() *gemmLevel {
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BW || !cpu.X86.HasAVX512BF16 {
+		return nil
+	}
+	return &gemmBF16AVX512
+}()
+
+// gemmBF16AVX512 is the 12×32 VDPBF16PS kernel with the float32 AVX-512
+// level's blocks, kc doubled: a kc×nc block of packed B still takes 384
+// KiB, and a panel of A 12 KiB.
+var gemmBF16AVX512 = gemmLevel{
+	mr: 12, nr: 32, kc: 512, mc: 1536, nc: 384, minSplit: 64, minParallel: gemmMinParallel,
+	bf16: &bf16Ops{kern: kernBF16AVX512, pairs: packPairs, pairsT: packPairsT},
+}
+
+// kernBF16AVX512 checks the bounds of a 12×32 tile (three checks per call
+// of thousands of multiply-adds) and runs the kernel.
+func kernBF16AVX512(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32) {
+	_ = a[kp*12-1]
+	_ = b[kp*32-1]
+	_ = c[11*ldc+31]
+	k12x32BF16(kp, &a[0], &b[0], &c[0], ldc, alpha, beta)
+}
+
+// packPairs packs the kb/2 whole pairs of a panel whose k runs down the
+// rows, cols ≤ dstw columns of dstw (12 or 32), with masked loads and
+// stores: the columns past cols are not read and become zero.
+func packPairs(dst []uint32, dstw int, src []float32, ld, kb, cols int) int {
+	pairs := kb / 2
+	if pairs == 0 {
+		return 0
+	}
+	_ = src[(2*pairs-1)*ld+cols-1]
+	_ = dst[pairs*dstw-1]
+	packPairsAVX512(&dst[0], dstw, &src[0], ld, pairs, uint32(1)<<cols-1, uint32(1)<<dstw-1)
+	return 2 * pairs
+}
+
+// packPairsT packs the first 32·⌊kb/32⌋ elements of rows rows (12 or 16)
+// of a panel whose k runs along the rows.
+func packPairsT(dst []uint32, dstw int, src []float32, ld, rows, kb int) int {
+	blocks := kb / 32
+	if blocks == 0 {
+		return 0
+	}
+	_ = src[(rows-1)*ld+32*blocks-1]
+	_ = dst[(16*blocks-1)*dstw+rows-1]
+	packPairsTAVX512(&dst[0], dstw, &src[0], ld, rows, blocks, uint32(1)<<rows-1)
+	return 32 * blocks
+}
+
+//go:noescape
+func k12x32BF16(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func packPairsAVX512(dst *uint32, dstw int, src *float32, ld, pairs int, load, store uint32)
+
+//go:noescape
+func packPairsTAVX512(dst *uint32, dstw int, src *float32, ld, rows, blocks int, store uint32)

@@ -1,0 +1,168 @@
+package kernels
+
+// A bf16 level multiplies as the float32 levels do (gemm_driver.go: the
+// same chunks, goroutines and blocks), but packs both operands, rounding
+// them to bfloat16 on the way: VDPBF16PS multiplies pairs of bfloat16,
+// so A cannot be read in place, and the copy is where the conversion is
+// free. k is taken in pairs, and both packed operands are pair-major:
+//
+//	A panel (mr rows):    pair q of row i    at ap[q*mr+i]
+//	B panel (nr columns): pair q of column j at bp[q*nr+j]
+//
+// each a uint32 holding elements 2q (low half) and 2q+1 (high half) of
+// the block's k, the last pair's high half zero when the block's k is
+// odd. A kc×nc block of B takes half the bytes of the float32 one, so the
+// level's kc is twice as long for the same L2 footprint.
+
+// bf16Ops are the kernel and packers of a bf16 level. The packers do what
+// they can of a panel and leave the rest to the portable code (see
+// packBF16A and packBF16B).
+type bf16Ops struct {
+	// kern computes an mr×nr tile: C = alpha·A·B + beta·C for kp pairs of
+	// packed A and B (gemmKernel's rules otherwise).
+	kern func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32)
+	// pairs packs operands whose k runs down the rows (row p of the
+	// panel's k at src[p*ld:]): whole pairs of the cols ≤ dstw columns,
+	// zero-padded to dstw (12 or 32), from k = 0 on; it returns how much
+	// of k it did, an even number.
+	pairs func(dst []uint32, dstw int, src []float32, ld, kb, cols int) int
+	// pairsT packs operands whose k runs along the rows (element p of
+	// row r at src[r*ld+p]): rows (12 or 16) rows, from k = 0 on; it
+	// returns how much of k it did, a multiple of 32.
+	pairsT func(dst []uint32, dstw int, src []float32, ld, rows, kb int) int
+}
+
+// gemmKC is the k block of a multiply of depth k at lv: k cut into as few
+// blocks of at most lv.kc as possible, as even as possible, and for a
+// bf16 level an even number, so that only the last block has a lone
+// element.
+func gemmKC(lv *gemmLevel, k int) int {
+	kc := gemmCeilDiv(k, gemmCeilDiv(k, lv.kc))
+	if lv.bf16 != nil {
+		kc += kc & 1
+	}
+	return kc
+}
+
+// chunkBF16 is chunk for a bf16 level.
+func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
+	mr, nr, ops := s.lv.mr, s.lv.nr, s.lv.bf16
+	panels := gemmCeilDiv(j1-j0, nr)
+	for p0 := 0; p0 < s.k; p0 += s.kc {
+		kb := min(s.kc, s.k-p0)
+		kp := (kb + 1) / 2
+		bp := buf.bp[:panels*kp*nr]
+		s.packBF16B(bp, p0, kb, j0, j1-j0)
+		beta := s.beta
+		if p0 > 0 {
+			beta = 1
+		}
+		for i := i0; i < i1; i += mr {
+			rows := min(mr, i1-i)
+			ap := buf.ap[:kp*mr]
+			s.packBF16A(ap, i, rows, p0, kb)
+			for q := range panels {
+				j := j0 + q*nr
+				cols := min(nr, j1-j)
+				bq := bp[q*kp*nr:][:kp*nr]
+				if rows == mr && cols == nr {
+					ops.kern(kp, ap, bq, s.c[i*s.ldc+j:], s.ldc, s.alpha, beta)
+					continue
+				}
+				ops.kern(kp, ap, bq, buf.tile, nr, 1, 0)
+				mergeGemmTile(s.c[i*s.ldc+j:], s.ldc, buf.tile, nr, rows, cols, s.alpha, beta)
+			}
+		}
+	}
+}
+
+// packBF16A packs rows i..i+rows and columns p0..p0+kb of op(A) into dst
+// (see the layout above), padding rows up to mr with zeros.
+func (s *sgemmCall) packBF16A(dst []uint32, i, rows, p0, kb int) {
+	mr, ops := s.lv.mr, s.lv.bf16
+	if s.transA { // row p of A holds column p of op(A)
+		src := s.a[p0*s.lda+i:]
+		done := ops.pairs(dst, mr, src, s.lda, kb, rows)
+		packPairsGo(dst, mr, src, s.lda, done, kb, rows)
+		return
+	}
+	src := s.a[i*s.lda+p0:]
+	done := 0
+	if rows == mr {
+		done = ops.pairsT(dst, mr, src, s.lda, mr, kb)
+	}
+	packPairsTGo(dst, mr, src, s.lda, done, kb, rows)
+}
+
+// packBF16B packs rows p0..p0+kb and columns j0..j0+width of op(B) into
+// dst as panels of nr columns (see the layout above), the last padded with
+// zero columns.
+func (s *sgemmCall) packBF16B(dst []uint32, p0, kb, j0, width int) {
+	nr, ops := s.lv.nr, s.lv.bf16
+	kp := (kb + 1) / 2
+	for q := 0; q*nr < width; q++ {
+		cols := min(nr, width-q*nr)
+		panel := dst[q*kp*nr:][:kp*nr]
+		if !s.transB {
+			src := s.b[p0*s.ldb+j0+q*nr:]
+			done := ops.pairs(panel, nr, src, s.ldb, kb, cols)
+			packPairsGo(panel, nr, src, s.ldb, done, kb, cols)
+			continue
+		}
+		// op(B) = Bᵀ: column j of op(B) is row j of B, along k.
+		src := s.b[(j0+q*nr)*s.ldb+p0:]
+		done := 0
+		if cols == nr && nr%16 == 0 {
+			done = kb
+			for h := 0; h < nr; h += 16 {
+				done = min(done, ops.pairsT(panel[h:], nr, src[h*s.ldb:], s.ldb, 16, kb))
+			}
+		}
+		packPairsTGo(panel, nr, src, s.ldb, done, kb, cols)
+	}
+}
+
+// packPairsGo packs elements p0..kb (p0 even) of the panel whose k runs
+// down the rows: dst[q*dstw+j] = the pair (src[2q*ld+j], src[(2q+1)*ld+j])
+// for the first cols columns, zero for the others, and an element past kb
+// as zero.
+func packPairsGo(dst []uint32, dstw int, src []float32, ld, p0, kb, cols int) {
+	for p := p0; p < kb; p += 2 {
+		d := dst[p/2*dstw:][:dstw]
+		lo := src[p*ld:][:cols]
+		if p+1 == kb {
+			for j, v := range lo {
+				d[j] = bf16Pair(v, 0)
+			}
+		} else {
+			hi := src[(p+1)*ld:][:cols]
+			for j, v := range lo {
+				d[j] = bf16Pair(v, hi[j])
+			}
+		}
+		clear(d[cols:])
+	}
+}
+
+// packPairsTGo packs elements p0..kb (p0 even) of the panel whose k runs
+// along the rows: dst[q*dstw+r] = the pair (src[r*ld+2q], src[r*ld+2q+1])
+// for the first rows rows, zero for the others, and an element past kb as
+// zero.
+func packPairsTGo(dst []uint32, dstw int, src []float32, ld, p0, kb, rows int) {
+	if p0 >= kb {
+		return
+	}
+	for r := range rows {
+		row := src[r*ld:][:kb]
+		for p := p0; p < kb; p += 2 {
+			var hi float32
+			if p+1 < kb {
+				hi = row[p+1]
+			}
+			dst[p/2*dstw+r] = bf16Pair(row[p], hi)
+		}
+	}
+	for q := p0 / 2; q < (kb+1)/2; q++ {
+		clear(dst[q*dstw+rows : (q+1)*dstw])
+	}
+}
