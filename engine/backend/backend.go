@@ -35,6 +35,14 @@ type Backend interface {
 // CPU runs every operation on this machine's cores with engine/kernels.
 type CPU struct {
 	Threads int // goroutines per operation; below 1 means one
+
+	// MatmulBF16 makes Matmul and the matmuls inside Attention and
+	// AttentionBackward multiply their operands rounded to bfloat16, with
+	// float32 sums (kernels.SgemmBF16: AVX-512 BF16 where the CPU has it),
+	// as mixed-precision training does (PyTorch's autocast runs mm and bmm
+	// so). Everything else stays float32: the outputs and the gradients
+	// Matmul adds into, layer norms, softmax, GELU and the loss.
+	MatmulBF16 bool
 }
 
 // Name reports "cpu".
@@ -42,6 +50,10 @@ func (c CPU) Name() string { return "cpu" }
 
 // Matmul implements Backend.
 func (c CPU) Matmul(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, cc []float32, ldc int) {
+	if c.MatmulBF16 {
+		kernels.SgemmBF16(c.Threads, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, cc, ldc)
+		return
+	}
 	kernels.Sgemm(c.Threads, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, cc, ldc)
 }
 
@@ -84,11 +96,19 @@ func (c CPU) Residual(out, a, b []float32) { kernels.Residual(out, a, b) }
 
 // Attention implements Backend.
 func (c CPU) Attention(out, att, qkv []float32, B, T, C, NH int) {
+	if c.MatmulBF16 {
+		kernels.AttentionForwardBF16(c.Threads, out, att, qkv, B, T, C, NH)
+		return
+	}
 	kernels.AttentionForward(c.Threads, out, att, qkv, B, T, C, NH)
 }
 
 // AttentionBackward implements Backend.
 func (c CPU) AttentionBackward(dqkv, dout, qkv, att, scratch []float32, B, T, C, NH int) {
+	if c.MatmulBF16 {
+		kernels.AttentionBackwardBF16(c.Threads, dqkv, dout, qkv, att, scratch, B, T, C, NH)
+		return
+	}
 	kernels.AttentionBackward(c.Threads, dqkv, dout, qkv, att, scratch, B, T, C, NH)
 }
 
