@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gtrain/gtrain/engine/backend"
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/model"
 	"github.com/gtrain/gtrain/engine/parallel"
@@ -57,7 +56,7 @@ func (t *Trainer) buildGrid(ctx context.Context) error {
 		return err
 	}
 	B, T := spec.Batch.MicroBatch, spec.Batch.Seq
-	tpg := tensorpar.NewGroup(gs.TP, backend.CPU{Threads: spec.threads(env)}, p.SP())
+	tpg := tensorpar.NewGroup(gs.TP, spec.cpuBackend(env), p.SP())
 	g.stage, err = model.NewStage(model.StageSpec{Config: cfg, B: B, T: T, TP: tpg, Split: g.split, Stage: gs.Coord.PP, Chunks: g.chunks,
 		Batch: g.batch, Recompute: model.Recompute(spec.Recompute)})
 	if err != nil {

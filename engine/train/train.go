@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/gtrain/gtrain/engine/backend"
 	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/data"
@@ -156,7 +155,7 @@ func (t *Trainer) build(ctx context.Context) error {
 	if err := t.interrupted(ctx, "allocate activations"); err != nil {
 		return err
 	}
-	if t.model, err = model.NewWithStore(cfg, B, T, backend.CPU{Threads: spec.threads(env)}, rc, t.zero); err != nil {
+	if t.model, err = model.NewWithStore(cfg, B, T, spec.cpuBackend(env), rc, t.zero); err != nil {
 		return err
 	}
 	// The rank layout gtrain plan prints: with TP = PP = 1 a rank's data
