@@ -2,7 +2,7 @@ package launch
 
 import (
 	"context"
-		"slices"
+	"slices"
 	"strings"
 
 	"github.com/gtrain/gtrain/internal/hostinfo"

@@ -23,29 +23,23 @@ import (
 // working directory. Only the flags set it; what a command decides besides
 // (what the ranks run) is a Workload.
 type Request struct {
-	NprocPerNode int              // ranks on this machine, without a hostfile
+	NprocPerNode int // ranks on this machine, without a hostfile
 	// NprocFrom is --nproc-per-node gpu or auto: count the ranks on the
 	// hardware (ResolveNproc; a hostfile's hosts without slots too).
-	NprocFrom string
-	Hostfile     string           // "" = this machine alone
-	Filter       hostfiles.Filter // which of the hostfile's hosts and slots
-	MasterAddr   string
-	MasterPort   int
-	RunID        string // "" = a fresh random id
-	MaxRestarts  int
-	Grace        time.Duration
-	Heartbeat    time.Duration
-	Env          []string // --env KEY=VALUE, in order
-	EnvFile      string   // --env-file
-	Chdir        string   // the ranks' working directory; "" = the launcher's
-	Getenv       func(string) string
-	Bind         BindMode // --bind: what each rank is bound to; "" = nothing
-
-	// Hosts without a hostfile, and how their agents start (slurm.go).
-	// Without either inside a Slurm allocation, and with Hostfile "slurm",
-	// the job runs on the allocation's nodes.
-	Hosts    string // --hosts: a Slurm hostlist, "node[01-04]"
-	Launcher string // --launcher auto, ssh or srun; "" = auto
+	NprocFrom   string
+	Hostfile    string           // "" = this machine alone
+	Filter      hostfiles.Filter // which of the hostfile's hosts and slots
+	MasterAddr  string
+	MasterPort  int
+	RunID       string // "" = a fresh random id
+	MaxRestarts int
+	Grace       time.Duration
+	Heartbeat   time.Duration
+	Env         []string // --env KEY=VALUE, in order
+	EnvFile     string   // --env-file
+	Chdir       string   // the ranks' working directory; "" = the launcher's
+	Getenv      func(string) string
+	Bind        BindMode // --bind: what each rank is bound to; "" = nothing
 
 	// How Execute reaches the hosts and where it reports.
 	SSH            SSHConfig
@@ -102,9 +96,6 @@ func (r *Request) Check(nproc int) error {
 // Nodes returns the hosts and slots to run on: from the hostfile and its
 // filters, or this machine with nproc slots; fromFile says which.
 func (r *Request) Nodes(ctx context.Context, nproc int) (nodes []hostfiles.Node, fromFile bool, err error) {
-	if nodes, ok, err := r.clusterNodes(nproc); ok {
-		return nodes, err == nil, err
-	}
 	if r.Hostfile == "" {
 		if r.Filter != (hostfiles.Filter{}) {
 			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
@@ -207,11 +198,7 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 		defer mu.Unlock()
 		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
 	}}
-	tr, err := r.transport(local, remote)
-	if err != nil {
-		return err
-	}
-	return Run(ctx, job, Runtime{Transport: tr, View: view, LogDir: r.LogDir, Abort: abort,
+	return Run(ctx, job, Runtime{Transport: &Mux{Local: local, Remote: remote}, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
 		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor})
 }

@@ -108,8 +108,6 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	opts.Bind = launch.BindAuto
 	f.Var((*bindFlag)(&opts.Bind), "bind", "bind each rank: auto (as mpirun: core for at most 2 ranks per host, else numa), core (its own share of the cores of its GPU's NUMA node), numa (that node's cores, shared), gpu (numa, and CUDA_VISIBLE_DEVICES = its GPU only: for code using cuda:0), none; all but none set OMP_NUM_THREADS and the nearest NIC unless you did")
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "use")
-	f.StringVar(&opts.Hosts, "hosts", "", "hosts as a Slurm hostlist, 'node[01-04],gpu-7', each with --nproc-per-node ranks (instead of --hostfile; --hostfile slurm, or neither inside an allocation, runs on the Slurm allocation's nodes)")
-	f.StringVar(&opts.Launcher, "launcher", launch.LauncherAuto, "how agents start on the hosts: auto (srun on a Slurm allocation's nodes, else ssh), ssh, srun")
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
@@ -163,7 +161,7 @@ func runEngine(ctx context.Context, o *RunOptions) error {
 // launch flags set.
 func (o *RunOptions) engineOptions() enginejob.Options {
 	return enginejob.Options{
-		Hostfile: o.MultiHost(), DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
+		Hostfile: o.Hostfile != "", DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
 		Warn: func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
 	}
 }
@@ -172,12 +170,8 @@ func (o *RunOptions) engineOptions() enginejob.Options {
 // its prepared job j.
 func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	c := j.Spec.Model.Config
-	sched := ""
-	if s := j.Spec.Parallel.Schedule(); s != "" {
-		sched = ", pipeline schedule " + s
-	}
-	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
-		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
+	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
+		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
 	var grid *planner.Grid
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
