@@ -40,6 +40,9 @@ func autoLine(choice train.AutoChoice) string {
 			s[i] = strconv.Itoa(n)
 		}
 		layers = " (layers " + strings.Join(s, ",") + ")"
+		if c.Chunks() > 1 {
+			layers = fmt.Sprintf(" virtual_stages=%d (layers per virtual stage %s)", c.Chunks(), strings.Join(s, ","))
+		}
 	}
 	size := func(b float64) string { return formatSize(int64(b)) }
 	return fmt.Sprintf("gtrain: --auto: tp=%d pp=%d%s dp=%d zero=%d micro_batch=%d grad_accum=%d recompute=%s, the job's global batch of %d sequences "+

@@ -27,7 +27,7 @@ type AutoChoice struct {
 	planner.Candidate
 	Usable      float64 // bytes per rank tensors may fill
 	GlobalBatch int     // sequences per step, the job's without --auto
-	Split       []int   // layers per pipeline stage, as the planner and the engine split them
+	Split       []int   // layers per pipeline stage (per virtual stage when interleaved), as the planner and the engine split them
 }
 
 // AutoLayout is `gtrain run --auto`: it lays spec out for the ranks of
@@ -65,7 +65,7 @@ func autoSpec(spec Spec, top planner.Topology) (Spec, AutoChoice, error) {
 		// own check has the last word (its bounds on micro_batch and
 		// grad_accum, and whatever it does not train yet).
 		if s := withLayout(spec, c); s.Validate() == nil {
-			return s, AutoChoice{c, pr.Usable(), pr.GlobalBatch, planner.StageLayers(pr.Model.Layers, c.PP)}, nil
+			return s, AutoChoice{c, pr.Usable(), pr.GlobalBatch, planner.StageLayers(pr.Model.Layers, c.PP*c.Chunks())}, nil
 		}
 	}
 	if res.Feasible > 0 {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/planner"
 )
 
 // interleavedSpec is equivSpec for l with v model chunks per pipeline
@@ -141,5 +143,22 @@ func TestGridInterleavedRefuses(t *testing.T) {
 				t.Fatalf("error %v, want one starting %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestAutoLayoutKeepsVirtualStages: run --auto sets parallel.virtual_stages
+// from the planner's candidate, so the engine runs the schedule whose
+// bubble and activations the planner counted, and the spec it makes is
+// one the engine takes.
+func TestAutoLayoutKeepsVirtualStages(t *testing.T) {
+	spec := interleavedSpec(gridLayout{tp: 1, pp: 1, dp: 1}, 0, "")
+	spec.Checkpoint = CkptSpec{}
+	c := planner.Candidate{Layout: planner.Layout{Grid: planner.Grid{TP: 1, PP: 2, DP: 1}, MicroBatch: 4, Recompute: planner.RecomputeNone, VirtualStages: 2}, GradAccum: 4}
+	s := withLayout(spec, c)
+	if s.Parallel.VirtualStages != 2 || s.Parallel.PP != 2 {
+		t.Fatalf("pp %d, virtual stages %d; want the candidate's 2 and 2", s.Parallel.PP, s.Parallel.VirtualStages)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("the engine refuses the candidate: %v", err)
 	}
 }
