@@ -170,8 +170,12 @@ func (o *RunOptions) engineOptions() enginejob.Options {
 // its prepared job j.
 func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	c := j.Spec.Model.Config
-	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps; checkpoints in %s\n",
-		c.Layers, c.Embd, j.Spec.Steps, j.Spec.Checkpoint.Dir)
+	sched := ""
+	if s := j.Spec.Parallel.Schedule(); s != "" {
+		sched = ", pipeline schedule " + s
+	}
+	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
+		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
 	var grid *planner.Grid
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
