@@ -204,6 +204,7 @@ PY
 	fi
 }
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 read -ra order <<<"$layouts"
 predict "${order[@]}"
 for ((r = 1; r <= runs; r++)); do
@@ -278,7 +279,12 @@ if spread:
     print("Run-to-run spread, max/min of the per-run medians: " + "; ".join(spread) + ".")
 PY
 )
-table+=$'\n'"\`docs/bench/grid.sh ${argv[*]}\` on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $("$gtrain" version 2>/dev/null || echo "gtrain ?")."
+table+=$'\n'"Load average (1, 5, 15 min) at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+envs=""
+for v in NICE BATCH MICRO STEPS WARMUP LAYOUTS; do
+	[[ -z ${!v:-} ]] || { [[ ${!v} == *" "* ]] && envs+="$v=\"${!v}\" " || envs+="$v=${!v} "; }
+done
+table+=$'\n'"\`${envs}docs/bench/grid.sh ${argv[*]}\` on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $("$gtrain" version 2>/dev/null || echo "gtrain ?")."
 echo "$table"
 
 if ((write)); then
