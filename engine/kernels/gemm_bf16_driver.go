@@ -44,6 +44,27 @@ func gemmKC(lv *gemmLevel, k int) int {
 	return kc
 }
 
+// bf16Cut is plan's cut of C into chunks for a bf16 level on threads > 1
+// goroutines, from the cache blocking's cm0×cn0. Such a level packs A as
+// well as B, once per chunk, so every cut packs an operand again: a cut
+// of columns all of A (m·k), a cut of rows all of B (k·n). It takes
+// 2·threads chunks (a helper that joins late still finds work, as in
+// plan), cut so as to repack the fewest elements: on the small preset's
+// qkv, 1024×1152 on 2 threads, 2×2 chunks repack a third of what plan's 8
+// columns would.
+func bf16Cut(m, n, pm, pn, cm0, cn0, threads int) (cm, cn int) {
+	want := 2 * threads
+	cost := -1
+	for c := 1; c <= want; c++ {
+		cnc := min(max(cn0, c), pn)
+		cmc := min(max(cm0, gemmCeilDiv(want, c)), pm)
+		if k := m*cnc + n*cmc; cost < 0 || k < cost {
+			cost, cm, cn = k, cmc, cnc
+		}
+	}
+	return cm, cn
+}
+
 // chunkBF16 is chunk for a bf16 level.
 func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
 	mr, nr, ops := s.lv.mr, s.lv.nr, s.lv.bf16
@@ -60,7 +81,7 @@ func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
 		for i := i0; i < i1; i += mr {
 			rows := min(mr, i1-i)
 			ap := buf.ap[:kp*mr]
-			s.packBF16A(ap, i, rows, p0, kb)
+			s.packBF16A(buf, ap, i, rows, p0, kb)
 			for q := range panels {
 				j := j0 + q*nr
 				cols := min(nr, j1-j)
@@ -78,7 +99,7 @@ func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
 
 // packBF16A packs rows i..i+rows and columns p0..p0+kb of op(A) into dst
 // (see the layout above), padding rows up to mr with zeros.
-func (s *sgemmCall) packBF16A(dst []uint32, i, rows, p0, kb int) {
+func (s *sgemmCall) packBF16A(buf *gemmBuf, dst []uint32, i, rows, p0, kb int) {
 	mr, ops := s.lv.mr, s.lv.bf16
 	if s.transA { // row p of A holds column p of op(A)
 		src := s.a[p0*s.lda+i:]
@@ -86,12 +107,30 @@ func (s *sgemmCall) packBF16A(dst []uint32, i, rows, p0, kb int) {
 		packPairsGo(dst, mr, src, s.lda, done, kb, rows)
 		return
 	}
-	src := s.a[i*s.lda+p0:]
+	src, ld := s.a[i*s.lda+p0:], s.lda
+	if rows < mr && kb >= 32 {
+		// The last rows: copied, padded with zero rows, for pairsT,
+		// which takes whole panels (in Go they took a tenth of the
+		// attention's packing time).
+		src, ld = padGemmRows(buf.a, src, ld, rows, mr, kb), kb
+		rows = mr
+	}
 	done := 0
 	if rows == mr {
-		done = ops.pairsT(dst, mr, src, s.lda, mr, kb)
+		done = ops.pairsT(dst, mr, src, ld, mr, kb)
 	}
-	packPairsTGo(dst, mr, src, s.lda, done, kb, rows)
+	packPairsTGo(dst, mr, src, ld, done, kb, rows)
+}
+
+// padGemmRows copies rows rows of kb elements of src (row stride ld) into
+// scratch with stride kb and clears the rows after them up to want.
+func padGemmRows(scratch, src []float32, ld, rows, want, kb int) []float32 {
+	scratch = scratch[:want*kb]
+	for r := range rows {
+		copy(scratch[r*kb:][:kb], src[r*ld:][:kb])
+	}
+	clear(scratch[rows*kb:])
+	return scratch
 }
 
 // packBF16B packs rows p0..p0+kb and columns j0..j0+width of op(B) into

@@ -91,7 +91,9 @@ func (s *sgemmCall) plan(threads int) {
 	s.kc = gemmKC(lv, s.k)
 	s.pn, s.pm = gemmCeilDiv(s.n, lv.nr), gemmCeilDiv(s.m, lv.mr)
 	cn, cm := gemmCeilDiv(s.n, lv.nc), gemmCeilDiv(s.m, lv.mc)
-	if threads > 1 {
+	if threads > 1 && lv.bf16 != nil {
+		cm, cn = bf16Cut(s.m, s.n, s.pm, s.pn, cm, cn, threads)
+	} else if threads > 1 {
 		want := 4 * threads
 		if s.n >= threads*lv.minSplit {
 			cn = gemmRoundUp(max(cn, min(want, s.n/gemmMinChunkCols)), threads)

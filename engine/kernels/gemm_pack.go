@@ -26,6 +26,9 @@ func getGemmBuf(s *sgemmCall) *gemmBuf {
 		if need := kp * mr; len(buf.ap) < need {
 			buf.ap = make([]uint32, need)
 		}
+		if need := s.kc * mr; len(buf.a) < need { // the last rows of A, padded
+			buf.a = make([]float32, need)
+		}
 		return buf
 	}
 	if need := s.kc * gemmCeilDiv(s.pn, s.cn) * nr; len(buf.b) < need {
