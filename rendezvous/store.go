@@ -3,7 +3,6 @@ package rendezvous
 import (
 	"bytes"
 	"context"
-	"math"
 	"strconv"
 	"sync"
 )
@@ -96,17 +95,11 @@ func (s *store) get(ctx context.Context, key string) ([]byte, error) {
 func (s *store) add(key string, delta int64) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var n int64
-	if v, ok := s.data[key]; ok {
-		var err error
-		if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
-			return 0, errorf(codeBadRequest, "add to %q: value is not a decimal integer", clip(key))
-		}
+	v, held := s.data[key]
+	n, err := addCounter(key, v, held, delta)
+	if err != nil {
+		return 0, err
 	}
-	if (delta > 0 && n > math.MaxInt64-delta) || (delta < 0 && n < math.MinInt64-delta) {
-		return 0, errorf(codeBadRequest, "add %d to %q: overflows int64", delta, clip(key))
-	}
-	n += delta
 	return n, s.put(key, strconv.AppendInt(nil, n, 10))
 }
 
