@@ -146,6 +146,9 @@ func TestAsyncKillDuringWrite(t *testing.T) {
 			t.Errorf("step %d: loss %v (reported %v) after kills and restarts, %v uninterrupted", s, l, ok, want[s-1])
 		}
 	}
+	// metrics.jsonl went through every kill too: each step once, in order,
+	// with the uninterrupted losses.
+	checkMetricsFile(t, dir, want)
 }
 
 // killedRun is what one attempt of the killed job printed.

@@ -339,6 +339,11 @@ func (t *Trainer) commit(step int, files []ckpt.File, warn func(string)) error {
 		Step: int64(step), Job: t.marshalSpec(), Files: files,
 		Layout: ckpt.Layout{World: t.env.World, DP: p.DP, TP: p.TP, PP: p.PP, ZeroStage: p.ZeroStage},
 	}
+	// The metrics up to step are durable before the checkpoint exists: a
+	// resume from it cuts the file back to step and must find them.
+	if err := t.metrics.sync(); err != nil {
+		return err
+	}
 	return ckpt.Commit(t.spec.Checkpoint.Dir, man, t.spec.Checkpoint.Keep, warn)
 }
 

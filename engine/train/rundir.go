@@ -38,6 +38,9 @@ func ResolveIn(spec Spec, dir string, newRun func(runs string) (string, error)) 
 		ck = filepath.Join(dir, ck)
 	}
 	spec.Checkpoint.Dir = filepath.Clean(ck)
+	if tb := spec.Log.TensorBoard; tb != "" && !filepath.IsAbs(tb) {
+		spec.Log.TensorBoard = filepath.Join(dir, tb)
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return spec, "", fmt.Errorf("job: encode: %w", err)

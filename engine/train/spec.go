@@ -32,6 +32,16 @@ type Spec struct {
 	// (mixed precision: fp32 master weights and optimizer state).
 	Precision string            `json:"precision" mapstructure:"precision"`
 	LossScale zero.ScalerConfig `json:"loss_scale" mapstructure:"loss_scale"` // fp16 only
+	Log       LogSpec           `json:"log,omitzero" mapstructure:"log"`
+}
+
+// LogSpec says where else a run's metrics go, besides metrics.jsonl in its
+// run directory.
+type LogSpec struct {
+	// TensorBoard is a directory for TensorBoard event files (scalars per
+	// step, the job as text), relative to the job's directory as
+	// checkpoint.dir is; rank 0 writes them. Empty: none.
+	TensorBoard string `json:"tensorboard,omitempty" mapstructure:"tensorboard"`
 }
 
 // ModelSpec names a preset and overrides any of its fields (0 keeps the

@@ -210,6 +210,7 @@ func (t *Trainer) report(r Record) {
 			t.env.Warn(fmt.Sprintf("train: status record of step %d: %v", r.Step, err))
 		}
 	}
+	t.logMetrics(r)
 	bad := !r.finite()
 	every := t.spec.LogEvery
 	if !bad && (every == 0 || (r.Step%every != 0 && r.Step != 1 && r.Step != r.Steps && r.ValLoss == nil)) {
