@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,15 @@ type PrepareConfig struct {
 	ValFraction float64  // of the documents (of the tokens, for one document) that go to val.bin
 	Synthetic   int64    // tokens of synthetic corpus instead of Inputs, when > 0
 	Seed        uint64   // of the synthetic corpus
+	Tokenizer   string   // "bytes" (the default for "") or "gpt2"
+}
+
+// tokenizer is c.Tokenizer, "bytes" when empty.
+func (c PrepareConfig) tokenizer() string {
+	if c.Tokenizer == "" {
+		return TokenizerBytes
+	}
+	return c.Tokenizer
 }
 
 // PreparedFile is one file Prepare wrote.
@@ -49,7 +57,7 @@ const maxSynthetic = 1 << 40
 const maxDocuments = 1 << 20
 
 // Prepare tokenizes cfg.Inputs (or cfg.Synthetic tokens of the synthetic
-// corpus) with the byte-level tokenizer into cfg.Out's train.bin and
+// corpus) with the byte-level or GPT-2's tokenizer into cfg.Out's train.bin and
 // val.bin, each replaced atomically, then writes meta.json last: a
 // directory whose meta.json is there is complete. Empty input files are
 // skipped, and warn (if not nil) hears of each.
@@ -108,6 +116,10 @@ func (c PrepareConfig) check() error {
 		return usage.Errorf("data prepare: --synthetic %d: at most %d tokens (%s of token files)", c.Synthetic, int64(maxSynthetic), userfile.Size(2*maxSynthetic))
 	case c.Synthetic > 0 && len(c.Inputs) > 0:
 		return usage.Errorf("data prepare: --synthetic writes a generated corpus: give it or files (%s), not both", strings.Join(c.Inputs, ", "))
+	case c.tokenizer() != TokenizerBytes && c.tokenizer() != TokenizerGPT2:
+		return usage.Errorf("data prepare: --tokenizer %q: want bytes or gpt2", c.Tokenizer)
+	case c.Synthetic > 0 && c.tokenizer() != TokenizerBytes:
+		return usage.Errorf("data prepare: --synthetic writes the byte-level corpus: give text files to tokenize with --tokenizer %s", c.Tokenizer)
 	case c.Synthetic == 0 && len(c.Inputs) == 0:
 		return usage.Errorf("data prepare: no input: give text files or directories of .txt files, or --synthetic N")
 	}
@@ -220,8 +232,12 @@ func (c PrepareConfig) writeTokens(ctx context.Context, docs []document) (*Prepa
 		return nil, err
 	}
 	defer val.Abort()
-	sw := &splitWriter{train: train, val: val, at: math.MaxInt64}
-	meta := Meta{Tokenizer: TokenizerBytes, VocabSize: ByteVocabSize, EOT: EOT}
+	tok, err := NewTokenizer(c.tokenizer())
+	if err != nil {
+		return nil, err
+	}
+	sw := newSplitWriter(train, val, tok)
+	meta := Meta{Tokenizer: tok.Name(), VocabSize: tok.VocabSize(), EOT: tok.EOT()}
 	if c.Synthetic > 0 {
 		meta.Sources = []string{fmt.Sprintf("synthetic:seed=%d,tokens=%d", c.Seed, c.Synthetic)}
 		sw.at = c.Synthetic - valCount(c.ValFraction, c.Synthetic)
