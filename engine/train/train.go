@@ -88,6 +88,7 @@ type Trainer struct {
 	runCtx  context.Context // Run's, for the collectives of checkpoints
 	saved   string          // the newest checkpoint this run saved or resumed from
 	async   *asyncSave      // checkpoint.async: the snapshot and the write in flight (async.go)
+	metrics *metricsLog     // rank 0's metrics.jsonl (metrics.go); nil elsewhere
 	// commWait is comm.BlockedTime at the last status record.
 	commWait time.Duration
 }
@@ -368,6 +369,10 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	defer release()
+	if err := t.openMetrics(); err != nil {
+		return res, err
+	}
+	defer t.closeMetrics()
 	if res.Resumed > 0 {
 		t.saved = filepath.Join(t.spec.Checkpoint.Dir, ckpt.StepDirName(int64(res.Resumed)))
 	}
