@@ -24,3 +24,20 @@ while [ ! -e ` + dir + `/ready ]; do sleep 0.05; done; exit 75`
 		t.Fatalf("Run error = %v, want a *ResumableError for SIGUSR1", err)
 	}
 }
+
+// TestAgentPreemptedBySlurm: the scheduler signals the agent (a job step
+// under srun), which stops its ranks itself; ranks that save (exit 75)
+// end the job resumable, not successful.
+func TestAgentPreemptedBySlurm(t *testing.T) {
+	dir := t.TempDir()
+	// Both ranks save on SIGTERM; rank 0 signals their agent (its parent)
+	// once both are ready.
+	script := `trap 'exit 75' TERM; touch ` + dir + `/ready.$RANK
+if [ "$RANK" = 0 ]; then while [ ! -e ` + dir + `/ready.1 ]; do sleep 0.05; done; kill -TERM $PPID; fi
+while :; do sleep 0.05; done`
+	_, err := runJob(t, t.Context(), 2, 30*time.Second, script)
+	var re *ResumableError
+	if !errors.As(err, &re) {
+		t.Fatalf("Run error = %v, want a *ResumableError", err)
+	}
+}

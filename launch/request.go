@@ -41,6 +41,12 @@ type Request struct {
 	Getenv      func(string) string
 	Bind        BindMode // --bind: what each rank is bound to; "" = nothing
 
+	// Hosts without a hostfile, and how their agents start (slurm.go).
+	// Without either inside a Slurm allocation, and with Hostfile "slurm",
+	// the job runs on the allocation's nodes.
+	Hosts    string // --hosts: a Slurm hostlist, "node[01-04]"
+	Launcher string // --launcher auto, ssh or srun; "" = auto
+
 	// How Execute reaches the hosts and where it reports.
 	SSH            SSHConfig
 	LogDir         string
@@ -96,6 +102,9 @@ func (r *Request) Check(nproc int) error {
 // Nodes returns the hosts and slots to run on: from the hostfile and its
 // filters, or this machine with nproc slots; fromFile says which.
 func (r *Request) Nodes(ctx context.Context, nproc int) (nodes []hostfiles.Node, fromFile bool, err error) {
+	if nodes, ok, err := r.clusterNodes(nproc); ok {
+		return nodes, err == nil, err
+	}
 	if r.Hostfile == "" {
 		if r.Filter != (hostfiles.Filter{}) {
 			return nil, false, &usage.Error{Err: errors.New("run: --include, --exclude, --num-nodes and --num-gpus select from a hostfile: give --hostfile")}
@@ -198,7 +207,11 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 		defer mu.Unlock()
 		view.Event(proto.Event{V: proto.Version, Type: proto.EventNotice, Time: time.Now(), Rank: -1, Message: msg})
 	}}
-	return Run(ctx, job, Runtime{Transport: &Mux{Local: local, Remote: remote}, View: view, LogDir: r.LogDir, Abort: abort,
+	tr, err := r.transport(local, remote)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, job, Runtime{Transport: tr, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
 		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor})
 }

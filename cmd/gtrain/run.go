@@ -108,6 +108,8 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	opts.Bind = launch.BindAuto
 	f.Var((*bindFlag)(&opts.Bind), "bind", "bind each rank: auto (as mpirun: core for at most 2 ranks per host, else numa), core (its own share of the cores of its GPU's NUMA node), numa (that node's cores, shared), gpu (numa, and CUDA_VISIBLE_DEVICES = its GPU only: for code using cuda:0), none; all but none set OMP_NUM_THREADS and the nearest NIC unless you did")
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "use")
+	f.StringVar(&opts.Hosts, "hosts", "", "hosts as a Slurm hostlist, 'node[01-04],gpu-7', each with --nproc-per-node ranks (instead of --hostfile; --hostfile slurm, or neither inside an allocation, runs on the Slurm allocation's nodes)")
+	f.StringVar(&opts.Launcher, "launcher", launch.LauncherAuto, "how agents start on the hosts: auto (srun on a Slurm allocation's nodes, else ssh), ssh, srun")
 	f.StringVar(&opts.MasterAddr, "master-addr", "", "MASTER_ADDR (default: node 0's address as the launcher reached it; 127.0.0.1 on this machine alone)")
 	f.IntVar(&opts.MasterPort, "master-port", 0, "MASTER_PORT (default: a free port picked for this job)")
 	f.StringVar(&opts.RunID, "rdzv-id", "", "job id given to ranks as TORCHELASTIC_RUN_ID (default: random)")
@@ -161,7 +163,7 @@ func runEngine(ctx context.Context, o *RunOptions) error {
 // launch flags set.
 func (o *RunOptions) engineOptions() enginejob.Options {
 	return enginejob.Options{
-		Hostfile: o.Hostfile != "", DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
+		Hostfile: o.MultiHost(), DryRun: o.DryRun, Ranks: o.NprocPerNode, RunID: o.RunID, Args: os.Args,
 		Warn: func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
 	}
 }
