@@ -42,7 +42,9 @@ func (t *Trainer) openTensorBoard() error {
 	}
 	wall := unixSeconds(now)
 	if t.step > 0 {
-		err = w.Restart(int64(t.step), wall)
+		// The first step taken again: TensorBoard keeps the older events
+		// of the steps before it.
+		err = w.Restart(int64(t.step+1), wall)
 	}
 	if err == nil {
 		err = w.Text(int64(t.step), wall, TagJob, jobText(t.spec))

@@ -114,9 +114,9 @@ func (w *Writer) Text(step int64, wall float64, tag, text string) error {
 	return w.write(&tbproto.Event{WallTime: wall, Step: step, What: &tbproto.Event_Summary{Summary: s}})
 }
 
-// Restart writes a SessionLog START at step: a run resumed from the
-// checkpoint of step continues from there, and TensorBoard then drops the
-// older events of steps from step on (those the resumed run takes again).
+// Restart writes a SessionLog START at step, the first step a resumed run
+// takes (one after its checkpoint's): TensorBoard then drops the older
+// events of the steps from step on, which the resumed run writes again.
 func (w *Writer) Restart(step int64, wall float64) error {
 	log := &tbproto.SessionLog{Status: tbproto.SessionLog_START}
 	return w.write(&tbproto.Event{WallTime: wall, Step: step, What: &tbproto.Event_SessionLog{SessionLog: log}})
