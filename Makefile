@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async
+.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async bench-bf16
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -76,6 +76,13 @@ bench-gemm:
 # Training tokens/s of the engine against PyTorch, same model and batch.
 bench-train: build
 	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/train.sh --install --write 5
+
+# Training tokens/s with precision bf16 (matmuls on bfloat16, AVX-512 BF16)
+# against fp32 on the small and gpt2 presets, and PyTorch's autocast-bf16
+# on the same model, 3 interleaved runs (needs deps' torch; OpenBLAS for
+# PyTorch's fp32 comes with bench-train's --install).
+bench-bf16: deps build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/bf16.sh --torch --write 3
 
 # Data-parallel tokens/s of the engine (1 rank; 2 ranks at ZeRO 0-3) against
 # PyTorch's single process, DDP and DDP + ZeroRedundancyOptimizer over gloo.

@@ -6,6 +6,12 @@ steps after warm-up.
 
 usage: train_gpt2_torch.py --layers L --heads H --embd C --seq T --vocab V
                            --batch B --steps N --warmup W --threads K
+                           [--precision fp32|bf16]
+
+--precision bf16 runs forward (and so backward) under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision:
+matmuls and linears on bfloat16 (oneDNN where the CPU has AVX-512 BF16),
+layer norms, softmax and the loss in float32, float32 parameters and AdamW.
 """
 import argparse
 import json
@@ -62,6 +68,7 @@ def main():
     p = argparse.ArgumentParser()
     for name in ("layers", "heads", "embd", "seq", "vocab", "batch", "steps", "warmup", "threads"):
         p.add_argument("--" + name, type=int, required=True)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -76,14 +83,15 @@ def main():
         y = torch.randint(a.vocab, (a.batch, a.seq))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
     med = statistics.median(times)
-    print(json.dumps({"peer": "pytorch " + torch.__version__, "threads": a.threads,
+    print(json.dumps({"peer": "pytorch " + torch.__version__, "threads": a.threads, "precision": a.precision,
                       "step_ms": med * 1000, "tokens_per_s": a.batch * a.seq / med}))
 
 
