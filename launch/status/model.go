@@ -67,6 +67,51 @@ type RankState struct {
 	// Straggler is why the launcher marks the rank as slower than the
 	// others (a straggler event); "" when it is not.
 	Straggler string
+
+	// The built-in engine's figures (engine/train.Record); nil until
+	// reported, and for commands that do not report them.
+	ValLoss    *float64 // the last validation loss
+	TokensPerS *float64
+	StepMillis *float64 // wall time of the last step
+	WaitMillis *float64 // of it, blocked in collectives
+	Memory     *Memory  // bytes held, by category
+	Coord      *Coord   // (dp, pp, tp) under tensor or pipeline parallelism
+	// Losses are the last maxLosses training losses, oldest first (the
+	// table's sparkline). A new slice on every record: snapshots share it.
+	Losses []float64
+}
+
+// maxLosses is how many recent losses a RankState keeps.
+const maxLosses = 24
+
+// Memory is the bytes a rank holds, by category, as the engine reports them.
+type Memory struct {
+	Params      int64 `json:"params"`
+	Grads       int64 `json:"grads"`
+	Optimizer   int64 `json:"optimizer"`
+	Activations int64 `json:"activations"`
+	Buffers     int64 `json:"buffers"`
+	Snapshot    int64 `json:"snapshot"`
+	Total       int64 `json:"total"`
+}
+
+// Categories are m's categories with their names, Total last.
+func (m Memory) Categories() []MemoryCategory {
+	return []MemoryCategory{{"params", m.Params}, {"grads", m.Grads}, {"optimizer", m.Optimizer},
+		{"activations", m.Activations}, {"buffers", m.Buffers}, {"snapshot", m.Snapshot}, {"total", m.Total}}
+}
+
+// MemoryCategory is one named figure of a Memory.
+type MemoryCategory struct {
+	Name  string
+	Bytes int64
+}
+
+// Coord is a rank's place in a 3D layout.
+type Coord struct {
+	DP int `json:"dp"`
+	PP int `json:"pp"`
+	TP int `json:"tp"`
 }
 
 // Model is the job state built from events. It is safe for concurrent use.
@@ -169,6 +214,11 @@ type record struct {
 	TokensPerS  *number      `json:"tokens_per_s"`
 	SamplesPerS *number      `json:"samples_per_s"`
 	LR          *number      `json:"lr"`
+	ValLoss     *number      `json:"val_loss"`
+	StepMillis  *number      `json:"step_ms"`
+	WaitMillis  *number      `json:"comm_wait_ms"`
+	Memory      *Memory      `json:"memory"`
+	Coord       *Coord       `json:"coord"`
 }
 
 // number is a JSON number, or a value JSON cannot write as one: the
@@ -229,12 +279,15 @@ func applyStatus(r *RankState, raw json.RawMessage) {
 	}
 	if rec.Loss != nil {
 		r.Loss = rec.Loss.float()
+		r.Losses = appendLoss(r.Losses, *r.Loss)
 	}
+	applyEngine(r, rec)
 	if rec.LR != nil {
 		r.LR = rec.LR.float()
 	}
 	switch {
 	case rec.TokensPerS != nil:
+		r.TokensPerS = rec.TokensPerS.float()
 		r.Throughput = formatRate(float64(*rec.TokensPerS), "tok/s")
 	case rec.SamplesPerS != nil:
 		r.Throughput = formatRate(float64(*rec.SamplesPerS), "samples/s")
@@ -252,4 +305,31 @@ func parseStep(n json.Number) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
+}
+
+// applyEngine merges the built-in engine's fields of rec into r.
+func applyEngine(r *RankState, rec record) {
+	if rec.ValLoss != nil {
+		r.ValLoss = rec.ValLoss.float()
+	}
+	if rec.StepMillis != nil {
+		r.StepMillis = rec.StepMillis.float()
+	}
+	if rec.WaitMillis != nil {
+		r.WaitMillis = rec.WaitMillis.float()
+	}
+	if rec.Memory != nil {
+		r.Memory = rec.Memory
+	}
+	if rec.Coord != nil {
+		r.Coord = rec.Coord
+	}
+}
+
+// appendLoss is losses with v added, the oldest dropped past maxLosses, in
+// a new slice.
+func appendLoss(losses []float64, v float64) []float64 {
+	keep := losses[max(0, len(losses)-(maxLosses-1)):]
+	out := make([]float64, 0, len(keep)+1)
+	return append(append(out, keep...), v)
 }

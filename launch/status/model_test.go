@@ -73,15 +73,25 @@ func TestModelApply(t *testing.T) {
 		{"status tokens", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":120,"loss":2.5,"tokens_per_s":12345,"lr":0.001}`)},
 			with(func(r *RankState) {
 				r.Step, r.Loss, r.LR, r.Throughput = ptr[int64](120), ptr(2.5), ptr(0.001), "12.3k tok/s"
+				r.TokensPerS, r.Losses = ptr(12345.0), []float64{2.5}
 			})},
 		{"status not finite", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":7,"loss":"Infinity","lr":"-inf","tokens_per_s":"Infinity","non_finite":true}`)},
 			with(func(r *RankState) {
 				r.Step, r.Loss, r.LR, r.Throughput = ptr[int64](7), ptr(math.Inf(1)), ptr(math.Inf(-1)), "+Inf tok/s"
+				r.TokensPerS, r.Losses = ptr(math.Inf(1)), []float64{math.Inf(1)}
 			})},
 		{"status samples", []proto.Event{started(0, 42, 0), statusEv(0, `{"samples_per_s":45}`)},
 			with(func(r *RankState) { r.Throughput = "45.0 samples/s" })},
 		{"status merges", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":1,"loss":3}`), statusEv(0, `{"step":2.0}`)},
-			with(func(r *RankState) { r.Step, r.Loss = ptr[int64](2), ptr(3.0) })},
+			with(func(r *RankState) { r.Step, r.Loss, r.Losses = ptr[int64](2), ptr(3.0), []float64{3} })},
+		{"engine record", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":4,"loss":3,"val_loss":3.5,"step_ms":120.5,"comm_wait_ms":20,`+
+			`"memory":{"params":10,"grads":10,"optimizer":20,"activations":5,"buffers":1,"total":46},"coord":{"dp":1,"pp":0,"tp":1}}`),
+			statusEv(0, `{"step":5,"loss":2}`)},
+			with(func(r *RankState) {
+				r.Step, r.Loss, r.ValLoss, r.StepMillis, r.WaitMillis = ptr[int64](5), ptr(2.0), ptr(3.5), ptr(120.5), ptr(20.0)
+				r.Memory = &Memory{Params: 10, Grads: 10, Optimizer: 20, Activations: 5, Buffers: 1, Total: 46}
+				r.Coord, r.Losses = &Coord{DP: 1, TP: 1}, []float64{3, 2}
+			})},
 		{"malformed status ignored", []proto.Event{started(0, 42, 0), statusEv(0, `{"step":1}`),
 			statusEv(0, `not json`), statusEv(0, `[1]`), statusEv(0, `{"step":"x"}`), statusEv(0, `{"step":1.5,"loss":9}`),
 			statusEv(0, `{"loss":"high"}`), statusEv(0, ``), statusEv(0, `null`)},

@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,13 +11,61 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 )
 
-// headers are the table's columns. The last one takes what width is left.
-var headers = []string{"RANK", "HOST", "STATE", "PID", "UPTIME", "STEP", "LOSS", "THROUGHPUT", "LAST LINE"}
+// column is one column of the table: its header, whether it is numeric
+// (right-aligned), and its cell for a rank.
+type column struct {
+	header string
+	right  bool
+	cell   func(r RankState, c *tableContext) string
+}
 
-const lastCol = 8
+// tableContext is what cells compare a rank with: the median step time of
+// the ranks that report one, for the skew.
+type tableContext struct {
+	now        time.Time
+	medianStep float64
+}
 
-// rightAligned marks the numeric columns.
-var rightAligned = map[int]bool{0: true, 3: true, 4: true, 5: true, 6: true, 7: true}
+// baseColumns are always shown; engineColumns only when some rank reports
+// their figure (the built-in engine does; a torchrun command need not); the
+// last line comes last and takes what width is left.
+var (
+	baseColumns = []column{
+		{"RANK", true, func(r RankState, _ *tableContext) string { return strconv.Itoa(r.Rank) }},
+		{"HOST", false, func(r RankState, _ *tableContext) string { return r.Host }},
+		{"STATE", false, func(r RankState, _ *tableContext) string { return stateCell(r) }},
+		{"PID", true, pidCell},
+		{"UPTIME", true, uptimeCell},
+		{"STEP", true, stepCell},
+		{"LOSS", true, lossCell},
+	}
+	coordColumn    = column{"DP,PP,TP", true, coordCell}
+	trendColumn    = column{"TREND", false, func(r RankState, _ *tableContext) string { return sparkline(r.Losses) }}
+	throughputCol  = column{"THROUGHPUT", true, throughputCell}
+	stepTimeColumn = column{"STEP TIME", true, stepTimeCell}
+	memoryColumn   = column{"MEM", true, memoryCell}
+	lastLineColumn = column{"LAST LINE", false, func(r RankState, _ *tableContext) string { return r.LastLine }}
+)
+
+// columns are the table's columns for ranks.
+func columns(ranks []RankState) []column {
+	cols := slices.Clone(baseColumns)
+	some := func(has func(RankState) bool) bool { return slices.ContainsFunc(ranks, has) }
+	if some(func(r RankState) bool { return r.Coord != nil }) {
+		cols = append(cols, coordColumn)
+	}
+	if some(func(r RankState) bool { return len(r.Losses) > 1 }) {
+		cols = append(cols, trendColumn)
+	}
+	cols = append(cols, throughputCol)
+	if some(func(r RankState) bool { return r.StepMillis != nil }) {
+		cols = append(cols, stepTimeColumn)
+	}
+	if some(func(r RankState) bool { return r.Memory != nil }) {
+		cols = append(cols, memoryColumn)
+	}
+	return append(cols, lastLineColumn)
+}
 
 // styles holds the table's styles, made through the terminal's renderer so
 // that colour follows the terminal (and NO_COLOR), not stdout.
@@ -59,9 +108,15 @@ func renderTable(st *styles, ranks []RankState, now time.Time, lay layout) strin
 		more = truncate(summary(ranks[maxRows:]), lay.width) + "\n"
 		ranks = ranks[:maxRows]
 	}
+	cols := columns(ranks)
+	lastCol := len(cols) - 1
+	ctx := &tableContext{now: now, medianStep: medianStep(ranks)}
 	rows := make([][]string, len(ranks))
 	for i, r := range ranks {
-		rows[i] = rowCells(r, now)
+		rows[i] = make([]string, len(cols))
+		for j, c := range cols {
+			rows[i][j] = c.cell(r, ctx)
+		}
 	}
 	// Lay out once without the last line column's contents to learn how
 	// much width it can have.
@@ -69,12 +124,12 @@ func renderTable(st *styles, ranks []RankState, now time.Time, lay layout) strin
 	for i, row := range rows {
 		full[i], row[lastCol] = row[lastCol], ""
 	}
-	spare := lay.width - lipgloss.Width(buildTable(st, ranks, rows).Render())
-	room := lipgloss.Width(headers[lastCol]) + spare
+	spare := lay.width - lipgloss.Width(buildTable(st, cols, ranks, rows).Render())
+	room := lipgloss.Width(cols[lastCol].header) + spare
 	for i, row := range rows {
 		row[lastCol] = truncate(full[i], room)
 	}
-	out := buildTable(st, ranks, rows).Render()
+	out := buildTable(st, cols, ranks, rows).Render()
 	if lipgloss.Width(out) > lay.width {
 		// Even without a last line the row is too wide: cut every line so
 		// none wraps, which would break erasing the table.
@@ -94,7 +149,12 @@ func Borderless() *table.Table {
 		Wrap(false)
 }
 
-func buildTable(st *styles, ranks []RankState, rows [][]string) *table.Table {
+func buildTable(st *styles, cols []column, ranks []RankState, rows [][]string) *table.Table {
+	headers := make([]string, len(cols))
+	for i, c := range cols {
+		headers[i] = c.header
+	}
+	lastCol := len(cols) - 1
 	return Borderless().
 		Headers(headers...).
 		Rows(rows...).
@@ -109,40 +169,11 @@ func buildTable(st *styles, ranks []RankState, rows [][]string) *table.Table {
 			if col == lastCol {
 				s = s.UnsetPaddingRight()
 			}
-			if rightAligned[col] {
+			if cols[col].right {
 				s = s.Align(lipgloss.Right)
 			}
 			return s
 		})
-}
-
-// rowCells returns the text of r's cells. Unknown values show as "-".
-func rowCells(r RankState, now time.Time) []string {
-	pid, uptime, step, loss := "-", "-", "-", "-"
-	if r.PID != 0 {
-		pid = strconv.Itoa(r.PID)
-	}
-	if !r.Started.IsZero() {
-		end := now
-		if !r.Ended.IsZero() {
-			end = r.Ended
-		}
-		uptime = formatDuration(end.Sub(r.Started))
-	}
-	if r.Step != nil {
-		step = strconv.FormatInt(*r.Step, 10)
-	}
-	if r.Loss != nil {
-		loss = formatLoss(*r.Loss)
-	}
-	throughput := r.Throughput
-	if throughput == "" {
-		throughput = "-"
-	}
-	return []string{
-		strconv.Itoa(r.Rank), r.Host, stateCell(r), pid, uptime,
-		step, loss, throughput, r.LastLine,
-	}
 }
 
 // stateCell is the state word, with the exit code or signal of a rank that
@@ -175,4 +206,15 @@ func summary(ranks []RankState) string {
 		}
 	}
 	return fmt.Sprintf("… %d more ranks: %s", len(ranks), strings.Join(parts, ", "))
+}
+
+// rowCells is r's row as a table of r alone shows it.
+func rowCells(r RankState, now time.Time) []string {
+	ranks := []RankState{r}
+	ctx := &tableContext{now: now}
+	var cells []string
+	for _, c := range columns(ranks) {
+		cells = append(cells, c.cell(r, ctx))
+	}
+	return cells
 }

@@ -25,7 +25,10 @@ const defaultRefresh = 250 * time.Millisecond
 // (stderr, a TTY) and applies every event to m. The table is redrawn when m
 // changes, at most every refresh, and on a ticker of that period so that
 // uptimes move. Its columns are rank, host, state, pid, uptime, step, loss,
-// throughput and last line; the last line is cut to fit the terminal's width
+// throughput and last line, and, once some rank reports them (the built-in
+// engine does), its (dp, pp, tp), a sparkline of its recent losses, its own
+// step time with the skew from the median, and its memory (see columns);
+// the last line is cut to fit the terminal's width
 // (100 if term is not a terminal *os.File), and when the terminal is too
 // short for every rank the rest are counted in one line.
 //
