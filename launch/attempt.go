@@ -15,7 +15,6 @@ import (
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
-	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // agentMsg is one event, or the end of the stream, from the agent of node.
@@ -66,6 +65,10 @@ type attempt struct {
 	rdzvMsgs chan string // refusals logged by the rendezvous server
 	roundErr chan error  // the membership round did not close
 
+	// rdzvEndpoint is the etcd endpoint the agents meet at (Runtime.Etcd);
+	// "" for the launcher's own server.
+	rdzvEndpoint string
+
 	joinDeadline <-chan time.Time // every agent must have joined by then
 
 	hang *hangState // the watch for hangs and stragglers (hang.go)
@@ -87,7 +90,7 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 		}
 		defer closeLogs()
 	}
-	var rdzv *rendezvous.Server
+	var rdzv roundHost
 	if rt.usesRendezvous() {
 		var err error
 		if rdzv, err = a.listenRendezvous(ctx); err != nil {

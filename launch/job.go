@@ -61,8 +61,12 @@ type Job struct {
 	Bind        BindMode      `json:"bind,omitempty"` // --bind; agents plan it on their hosts
 	Hosts       []Host        `json:"hosts"`
 	Ranks       []Rank        `json:"ranks"`
+	// Elastic is the job's elastic membership (run --nnodes); nil: every
+	// attempt runs on the same hosts.
+	Elastic *Elastic `json:"elastic,omitempty"`
 
 	facts *joinedFacts // what the agents detected, once they joined
+	opts  JobOptions   // what NewJob made it from: an elastic restart remakes it on other hosts
 }
 
 // Host is one node of the job.
@@ -120,7 +124,7 @@ func NewJob(o JobOptions) (*Job, error) {
 	p := &Job{
 		RunID: o.RunID, Command: o.Command, MasterAddr: o.MasterAddr, MasterPort: o.MasterPort,
 		MaxRestarts: o.MaxRestarts, Grace: o.Grace, Heartbeat: o.Heartbeat, Dir: o.Dir, Forward: o.Forward,
-		Bind: o.Bind, facts: &joinedFacts{},
+		Bind: o.Bind, facts: &joinedFacts{}, opts: o,
 	}
 	if p.RunID == "" {
 		p.RunID = newRunID()

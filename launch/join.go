@@ -22,8 +22,12 @@ const rendezvousDialTimeout = 10 * time.Second
 // errStopped means the launcher stopped the job while the agent waited.
 var errStopped = errors.New("stopped")
 
-// rendezvousAddr is the server's address as this host reaches it.
+// rendezvousAddr is the server's address as this host reaches it, or the
+// etcd endpoint where the job meets instead.
 func rendezvousAddr(r *proto.Rendezvous, sshConnection string) string {
+	if r.Endpoint != "" {
+		return r.Endpoint
+	}
 	host := r.Host
 	if host == "" {
 		// SSH_CONNECTION is "client_ip client_port server_ip server_port":
@@ -46,10 +50,10 @@ func (a *agent) join(ctx context.Context, cmds <-chan proto.Command, facts *prot
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, rendezvousDialTimeout)
-	c, err := rendezvous.Dial(dctx, addr, r.Secret)
+	c, err := rendezvous.Open(dctx, addr, r.Secret)
 	dcancel()
 	if err != nil {
-		return fmt.Errorf("agent: cannot reach the launcher's rendezvous at %s from %s: %w (is a firewall in the way? --rdzv-host sets the address hosts dial)", addr, facts.Hostname, err)
+		return fmt.Errorf("agent: cannot reach the %s at %s from %s: %w (is a firewall in the way? %s)", rendezvousKind(addr), addr, facts.Hostname, err, rendezvousHint(addr))
 	}
 	defer c.Close()
 	done := make(chan error, 1)

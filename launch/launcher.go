@@ -8,6 +8,7 @@ import (
 
 	"github.com/gtrain/gtrain/launch/proto"
 	"github.com/gtrain/gtrain/launch/status"
+	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // Runtime is what Run needs besides the Job.
@@ -28,6 +29,10 @@ type Runtime struct {
 	// RendezvousHost is the address remote agents dial for the rendezvous
 	// (default: the launcher's address as each host's SSH session sees it).
 	RendezvousHost string
+	// Etcd, when set, is the etcd cluster the nodes and ranks meet in
+	// (--rdzv-backend etcd): the launcher runs no rendezvous server, and
+	// each attempt meets under its own prefix (Prefix is set per attempt).
+	Etcd *rendezvous.EtcdConfig
 	// RestartWait is the wait before the first restart (default 1s); it
 	// doubles for each restart after it, up to RestartWaitMax (default 30s).
 	RestartWait, RestartWaitMax time.Duration

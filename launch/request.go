@@ -53,6 +53,13 @@ type Request struct {
 	JoinTimeout    time.Duration
 	RendezvousBind string
 	RendezvousHost string
+
+	// --rdzv-backend (c10d or static: the launcher's own server, the
+	// default; etcd), --rdzv-endpoint (etcd's HOST:PORT[,HOST:PORT...])
+	// and --rdzv-conf (key=value,...: cacert, cert, key, user,
+	// password_file, ttl); rdzv.go reads them.
+	RendezvousBackend, RendezvousEndpoint, RendezvousConf string
+
 	// HangTimeout and StragglerFactor are Runtime's (--hang-timeout,
 	// --straggler-factor).
 	HangTimeout     time.Duration
@@ -95,6 +102,9 @@ func (r *Request) Check(nproc int) error {
 		return usage.Errorf("run: --heartbeat %v: must be at least %v", r.Heartbeat, MinHeartbeat)
 	case r.JoinTimeout < 0:
 		return usage.Errorf("run: --join-timeout %v: must not be negative", r.JoinTimeout)
+	}
+	if _, err := r.etcdConfig(); err != nil {
+		return err
 	}
 	return r.checkWatch()
 }
@@ -211,9 +221,13 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 	if err != nil {
 		return err
 	}
+	etcd, err := r.etcdConfig()
+	if err != nil {
+		return err
+	}
 	return Run(ctx, job, Runtime{Transport: tr, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
-		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor})
+		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor, Etcd: etcd})
 }
 
 // RankInfos are the job's ranks as the status model lists them.

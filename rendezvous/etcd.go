@@ -121,6 +121,15 @@ func (c *EtcdClient) Close() error {
 	return c.cli.Close()
 }
 
+// Remove deletes every key of the attempt (the round, the store and the
+// barriers): the launcher does it once the attempt's ranks have ended.
+func (c *EtcdClient) Remove(ctx context.Context) error {
+	if _, err := c.cli.Delete(ctx, c.cfg.Prefix+"/", clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("rendezvous: etcd %s: remove %s/: %w", c.where, c.cfg.Prefix, ctxErr(ctx, err))
+	}
+	return nil
+}
+
 // errf is an error of operation op about etcd key k (the full key): it
 // names the store's key or barrier as the caller gave it, and the etcd
 // key. Without op it is about the stored value.

@@ -99,7 +99,7 @@ func FromEnv(getenv func(string) string) (Env, error) {
 type World struct {
 	Env   Env
 	Comm  *comm.Communicator
-	Store *rendezvous.Client
+	Store rendezvous.Backend
 	tr    comm.Transport
 }
 
@@ -156,18 +156,20 @@ func Init(ctx context.Context, env Env, opts Options) (*World, error) {
 // Hosts returns the host name of every rank.
 func (w *World) Hosts() []string { return comm.HostNames(w.tr) }
 
-// dialStore connects to the store. Every rank of a large job dials at
-// once, and the server authenticates only so many connections at a time:
+// dialStore connects to the store: the launcher's server, or the job's
+// etcd (rendezvous.Open reads which from the address). Every rank of a
+// large job dials at once, and the server authenticates only so many
+// connections at a time:
 // a busy refusal is retried after a random pause that grows, until
 // timeout (default 60 s).
-func dialStore(ctx context.Context, env Env, timeout time.Duration) (*rendezvous.Client, error) {
+func dialStore(ctx context.Context, env Env, timeout time.Duration) (rendezvous.Backend, error) {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
 	deadline := time.Now().Add(timeout)
 	pause := 10 * time.Millisecond
 	for {
-		st, err := rendezvous.Dial(ctx, env.StoreAddr, env.Secret)
+		st, err := rendezvous.Open(ctx, env.StoreAddr, env.Secret)
 		if err == nil || !errors.Is(err, rendezvous.ErrBusy) || time.Now().After(deadline) {
 			return st, err
 		}

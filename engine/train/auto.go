@@ -1,10 +1,12 @@
 package train
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
@@ -176,4 +178,87 @@ func precisionOf(job []byte) planner.Precision {
 		return p
 	}
 	return planner.FP32
+}
+
+// GlobalBatch is the sequences per step spec trains on world ranks:
+// micro_batch × grad_accum × dp, dp 0 meaning every replica.
+func GlobalBatch(spec Spec, world int) (int, error) {
+	g, err := jobGlobalBatch(spec.Batch, spec.Parallel, world)
+	if err != nil {
+		return 0, &usage.Error{Err: err}
+	}
+	return g, nil
+}
+
+// Refit lays spec out for a restart on world ranks that keeps its global
+// batch of global sequences per step (an elastic job that lost or gained
+// hosts): tp and pp stay, dp is every replica the ranks make, and
+// micro_batch × grad_accum = global / dp, split with a micro_batch no
+// larger than the job's where one can be (a rank's activations were sized
+// for it) and the accumulation nearest the job's. The checkpoint loads
+// into any layout (engine/zero and the grid reshard it).
+func Refit(spec Spec, world, global int) (Spec, error) {
+	p := &spec.Parallel
+	mp := p.ModelParallel()
+	if world < 1 || world%mp != 0 {
+		return spec, fmt.Errorf("train: restart on %d ranks: parallel.tp %d × parallel.pp %d = %d ranks per replica do not divide them; give the job tp and pp that do, or --auto to re-plan them",
+			world, max(p.TP, 1), max(p.PP, 1), mp)
+	}
+	dp := world / mp
+	if global%dp != 0 {
+		return spec, fmt.Errorf("train: restart on %d ranks: %d replicas do not divide the global batch of %d sequences; keep --nnodes to host counts whose replicas divide it",
+			world, dp, global)
+	}
+	per := global / dp // micro_batch × grad_accum of each replica
+	p.DP = dp
+	b := &spec.Batch
+	for _, accum := range accumsFor(per, b.MicroBatch, b.GradAccum) {
+		b.MicroBatch, b.GradAccum = per/accum, accum
+		if spec.Validate() == nil {
+			return spec, nil
+		}
+	}
+	return spec, fmt.Errorf("train: restart on %d ranks (dp %d): no micro_batch × grad_accum of %d sequences per replica is one the engine trains: %w",
+		world, dp, per, spec.Validate())
+}
+
+// accumsFor is the divisors of per as accumulations: first those that
+// leave a micro-batch no larger than micro, each group nearest to accum
+// first.
+func accumsFor(per, micro, accum int) []int {
+	var ds []int
+	for d := 1; d*d <= per; d++ {
+		if per%d == 0 {
+			ds = append(ds, d)
+			if d*d != per {
+				ds = append(ds, per/d)
+			}
+		}
+	}
+	key := func(d int) (int, int) {
+		bigger := 0
+		if per/d > micro {
+			bigger = 1
+		}
+		return bigger, max(d-accum, accum-d)
+	}
+	slices.SortStableFunc(ds, func(a, b int) int {
+		ba, da := key(a)
+		bb, db := key(b)
+		return cmp.Or(cmp.Compare(ba, bb), cmp.Compare(da, db), cmp.Compare(a, b))
+	})
+	return ds
+}
+
+// AutoLayoutOn is AutoLayout on a topology the hosts reported (their
+// agents' facts, planner.CPUTopologyOf) rather than one assumed from this
+// machine, keeping the job's global batch of global sequences per step: a
+// layout decided once the hosts have joined, and again at every elastic
+// restart.
+func AutoLayoutOn(spec Spec, top planner.Topology, global int) (Spec, AutoChoice, error) {
+	// One replica of the whole batch, as the search reads it: it sets
+	// every count it keeps anew (withLayout).
+	spec.Batch.MicroBatch, spec.Batch.GradAccum = global, 1
+	spec.Parallel.TP, spec.Parallel.PP, spec.Parallel.DP = 1, 1, 1
+	return autoSpec(spec, top)
 }

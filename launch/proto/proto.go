@@ -114,6 +114,9 @@ type Rendezvous struct {
 	Port   int    `json:"port"`
 	Secret []byte `json:"secret"` // the per-job secret (base64 in JSON)
 	Name   string `json:"name"`   // this node's name in the round
+	// Endpoint, when set, is where to meet instead of Host and Port: an
+	// etcd endpoint (--rdzv-backend etcd), as rendezvous.Open reads it.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // RankAssignment is one rank to start.
