@@ -72,11 +72,18 @@ type attempt struct {
 	joinDeadline <-chan time.Time // every agent must have joined by then
 
 	hang *hangState // the watch for hangs and stragglers (hang.go)
+
+	ctx     context.Context // the attempt's, for Runtime.Plan's goroutine
+	planned chan planResult // Runtime.Plan's answer (attemptplan.go)
+	missing []int           // nodes whose agents never joined
 }
 
-func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
+// runAttempt runs attempt n of job p; besides its outcome it returns the
+// failures it puts on its nodes (blamed), for an elastic job's next choice.
+func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) (error, []blame) {
 	a := &attempt{p: p, rt: rt, n: n, view: rt.View, tails: map[int][]string{}, exits: map[int]int{},
-		joinDeadline: time.After(joinBackstop(rt)), rdzvMsgs: make(chan string, 16), roundErr: make(chan error, 1)}
+		joinDeadline: time.After(joinBackstop(rt)), rdzvMsgs: make(chan string, 16), roundErr: make(chan error, 1),
+		ctx: ctx, planned: make(chan planResult, 1)}
 	for range p.Hosts {
 		a.agents = append(a.agents, &agentState{})
 	}
@@ -86,7 +93,7 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 		closeLogs, err := a.openLogDir()
 		if err != nil {
 			notice(rt.View, err.Error())
-			return err
+			return err, nil
 		}
 		defer closeLogs()
 	}
@@ -95,14 +102,14 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 		var err error
 		if rdzv, err = a.listenRendezvous(ctx); err != nil {
 			notice(rt.View, err.Error())
-			return err
+			return err, nil
 		}
 		defer rdzv.Close()
 	}
 	msgs := make(chan agentMsg, 64)
 	if err := a.startAgents(ctx, msgs); err != nil {
 		notice(rt.View, err.Error())
-		return err
+		return err, nil
 	}
 	if rdzv != nil {
 		go a.waitRound(ctx, rdzv)
@@ -113,7 +120,8 @@ func runAttempt(ctx context.Context, p *Job, rt Runtime, n int) error {
 	for _, g := range a.agents {
 		_ = g.conn.Close()
 	}
-	return a.result()
+	err := a.result()
+	return err, a.blamed(err)
 }
 
 // openLogDir adds the attempt's log files to its views; the function it
@@ -189,7 +197,7 @@ func (a *attempt) joined(ev proto.Event) {
 	}
 	a.joinDeadline = nil
 	if !a.stopping {
-		a.sendAll(proto.CommandStart, "", a.masterEnv()...)
+		a.startRanks()
 	}
 }
 
@@ -199,6 +207,7 @@ func (a *attempt) missingJoin() {
 	for i, g := range a.agents {
 		if g.facts == nil {
 			missing = append(missing, a.p.Hosts[i].Name)
+			a.missing = append(a.missing, i)
 		}
 	}
 	a.agentLost(&AgentLostError{Host: strings.Join(missing, ", "), Node: -1,
@@ -256,6 +265,8 @@ func (a *attempt) loop(ctx context.Context, msgs <-chan agentMsg) {
 			a.checkHang(ctx, now)
 		case e := <-a.hang.reports:
 			a.hangReported(e)
+		case r := <-a.planned:
+			a.plannedStart(r)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/gtrain/gtrain/launch/proto"
@@ -36,6 +37,14 @@ type Runtime struct {
 	// RestartWait is the wait before the first restart (default 1s); it
 	// doubles for each restart after it, up to RestartWaitMax (default 30s).
 	RestartWait, RestartWaitMax time.Duration
+	// RestartJitter adds up to this fraction of each wait, at random, so
+	// that jobs that failed together do not restart in step (0: none).
+	RestartJitter float64
+	// Plan, when set, is asked once every agent of an attempt has joined
+	// and before any rank starts: it returns variables for every rank of
+	// the attempt (the built-in engine's spec laid out for this world) and
+	// notes for the user, or an error that ends the job.
+	Plan func(ctx context.Context, w World) (Planned, error)
 	// HangTimeout: a rank that reported a step and then none for this long,
 	// while its process lives, makes every rank dump its flight record
 	// (into LogDir), and the job stop with a *HangError naming whom the
@@ -56,19 +65,56 @@ type Runtime struct {
 // announced to rt.View as a notice first.
 func Run(ctx context.Context, p *Job, rt Runtime) error {
 	rt.setDefaults()
+	var m *membership
+	if p.Elastic != nil {
+		m = newMembership(p)
+	}
 	for attempt := 0; ; attempt++ {
-		err := runAttempt(ctx, p, rt, attempt)
+		err, blamed := runAttempt(ctx, p, rt, attempt)
 		if !restartable(err) || attempt >= p.MaxRestarts || ctx.Err() != nil {
 			return err
 		}
+		if m != nil {
+			m.record(rt.View, attempt, blamed)
+		}
 		wait := rt.restartWait(attempt)
-		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait, attempt+1, p.MaxRestarts))
+		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait.Round(time.Millisecond), attempt+1, p.MaxRestarts))
 		if err := sleepCtx(ctx, wait); err != nil {
 			err = jobStopped(err)
 			notice(rt.View, err.Error())
 			return err
 		}
+		if p, err = nextJob(ctx, p, rt, m, attempt+1); err != nil {
+			notice(rt.View, err.Error())
+			return err
+		}
 	}
+}
+
+// nextJob is the job of attempt n: for an elastic job on the hosts m
+// chooses (probed now, after the wait), else on the same hosts; remade when
+// the hosts change or gtrain picks MASTER_PORT, so that every attempt gets
+// a fresh port as torchrun's elastic agent gives one.
+func nextJob(ctx context.Context, p *Job, rt Runtime, m *membership, n int) (*Job, error) {
+	if m == nil {
+		if p.opts.Nodes == nil || p.opts.MasterPort != 0 || !p.allLocal() {
+			return p, nil // a remote job's port is picked by node 0 at every start
+		}
+		return p.remade()
+	}
+	idx, err := m.next(ctx, rt.Transport, rt.View, n)
+	if err != nil {
+		return nil, err
+	}
+	if m.sameHosts(idx) && (p.opts.MasterPort != 0 || !p.allLocal()) {
+		return p, nil
+	}
+	q, err := p.withNodes(idx)
+	if err != nil {
+		return nil, err
+	}
+	m.cur = idx
+	return q, nil
 }
 
 func (rt *Runtime) setDefaults() {
@@ -107,11 +153,16 @@ func (rt *Runtime) restartWait(n int) time.Duration {
 	d := rt.RestartWait
 	for range n {
 		if d >= rt.RestartWaitMax/2 {
-			return rt.RestartWaitMax
+			d = rt.RestartWaitMax
+			break
 		}
 		d *= 2
 	}
-	return min(d, rt.RestartWaitMax)
+	d = min(d, rt.RestartWaitMax)
+	if rt.RestartJitter > 0 {
+		d += time.Duration(rand.Float64() * rt.RestartJitter * float64(d))
+	}
+	return d
 }
 
 // sleepCtx waits for d, or returns ctx's cause at once when it ends first.

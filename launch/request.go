@@ -64,6 +64,13 @@ type Request struct {
 	// --straggler-factor).
 	HangTimeout     time.Duration
 	StragglerFactor float64
+
+	// NNodes is --nnodes, N or MIN:MAX ("" = every selected host, no
+	// elasticity); MaxHostFailures is --max-host-failures (elastic.go).
+	NNodes          string
+	MaxHostFailures int
+	// Plan is Runtime.Plan: the workload laid out for each attempt's world.
+	Plan func(ctx context.Context, w World) (Planned, error)
 }
 
 // Workload is what a job's ranks run: the command line's command, or what
@@ -163,6 +170,10 @@ func (r *Request) Resolve(ctx context.Context, w Workload) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	nodes, elastic, err := r.elastic(nodes)
+	if err != nil {
+		return nil, err
+	}
 	var fileEnv []string
 	if r.EnvFile != "" {
 		if fileEnv, err = ReadEnvFile(ctx, r.EnvFile); err != nil {
@@ -177,13 +188,30 @@ func (r *Request) Resolve(ctx context.Context, w Workload) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewJob(JobOptions{
+	p, err := NewJob(JobOptions{
 		Nodes: nodes, FromHostfile: fromFile, Command: w.Command,
 		MasterAddr: r.MasterAddr, MasterPort: r.MasterPort, RunID: cmp.Or(w.RunID, r.RunID),
 		MaxRestarts: r.MaxRestarts, Grace: r.Grace, Heartbeat: r.Heartbeat,
 		Dir: dir, Env: env, Forward: ForwardEnv(os.Environ()), Getenv: r.Getenv,
 		Bind: r.Bind, LocalHost: func() *hostinfo.Host { return DetectHost(ctx) },
 	})
+	if p != nil {
+		p.Elastic = elastic
+	}
+	return p, err
+}
+
+// elastic applies --nnodes to the selected nodes: the ones the job starts
+// on, and its elastic membership (nil without --nnodes).
+func (r *Request) elastic(nodes []hostfiles.Node) ([]hostfiles.Node, *Elastic, error) {
+	if r.NNodes == "" {
+		return nodes, nil, nil
+	}
+	lo, hi, err := ParseNNodes(r.NNodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return elasticNodes(nodes, lo, hi, r.MaxHostFailures)
 }
 
 // checkEnvSize refuses more --env/--env-file variables than the job's ranks
@@ -227,7 +255,8 @@ func (r *Request) Execute(ctx context.Context, job *Job, view status.View, abort
 	}
 	return Run(ctx, job, Runtime{Transport: tr, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, RendezvousBind: r.RendezvousBind, RendezvousHost: r.RendezvousHost,
-		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor, Etcd: etcd})
+		HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor, Plan: r.Plan, RestartJitter: restartJitter,
+		Etcd: etcd})
 }
 
 // RankInfos are the job's ranks as the status model lists them.

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/enginejob"
 	"github.com/gtrain/gtrain/internal/usage"
 	"github.com/gtrain/gtrain/launch"
@@ -97,7 +99,9 @@ Flags come before the command; everything from the command on is passed to it.`,
 
 // addRestartFlag adds --max-restarts, shared by run and resume.
 func addRestartFlag(f *pflag.FlagSet, opts *LaunchOptions) {
-	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails or a host is lost, waiting 1s, 2s, 4s, ... (at most 30s) before each; the built-in engine resumes from its newest checkpoint")
+	f.IntVar(&opts.MaxRestarts, "max-restarts", 0, "restart the whole job up to N times after a rank fails or a host is lost, waiting 1s, 2s, 4s, ... (at most 30s, plus up to 10% at random) before each; the built-in engine resumes from its newest checkpoint")
+	f.StringVar(&opts.NNodes, "nnodes", "", "elastic: run on MIN:MAX (or N) of the hostfile's hosts, the rest spares; a restart drops lost hosts, brings spares in and goes on while MIN remain (the built-in engine reshards, keeping its global batch); default: every host, no elasticity")
+	f.IntVar(&opts.MaxHostFailures, "max-host-failures", launch.DefaultMaxHostFailures, "with --nnodes: exclude a host for the rest of the job after this many failures blamed on it")
 }
 
 // addLaunchFlags adds the flags that say where and how ranks run: shared
@@ -184,6 +188,10 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	var grid *planner.Grid
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
+	}
+	if o.NNodes != "" || (o.Auto && o.Hostfile != "") {
+		line := func(c train.AutoChoice) string { return strings.TrimPrefix(autoLine(c), "gtrain: ") }
+		o.Plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
 	}
 	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, grid)
 }

@@ -52,6 +52,11 @@ const (
 	// EventStragglerEnd takes the mark away.
 	EventStraggler    = "straggler"
 	EventStragglerEnd = "straggler_end"
+	// EventHostDropped: an elastic job leaves Host out of its next attempt,
+	// or for good (Message: why); EventHostAdded: Host joins the next
+	// attempt (a spare, or back after a loss).
+	EventHostDropped = "host_dropped"
+	EventHostAdded   = "host_added"
 )
 
 // Command types written by the launcher after the Assignment.
