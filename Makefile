@@ -21,6 +21,11 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 			python3-torch openssh-server openssh-client iproute2; \
 	fi
+	@# The etcd rendezvous tests start a real etcd (internal/etcdtest).
+	@if ! command -v etcd >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends etcd-server; \
+	fi
 
 demo: build
 	./bin/gtrain run
@@ -53,6 +58,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseTopology$$' -fuzztime=400000x ./planner
 	$(GO) test -run='^$$' -fuzz='^FuzzParseCount$$' -fuzztime=50000x ./planner
 
+test: export GTRAIN_REQUIRE_ETCD = 1
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels
