@@ -72,6 +72,9 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig, secret []byte) (*EtcdClient, 
 		Endpoints: cfg.Endpoints, TLS: tlsCfg, Username: cfg.Username, Password: pw,
 		DialTimeout: etcdDialTimeout, Logger: zap.NewNop(), Context: context.WithoutCancel(ctx),
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+		// As the TCP client: a reply as large as a round of thousands of
+		// nodes, and no more (etcd's client would take 2 GiB).
+		MaxCallSendMsgSize: MaxMessage, MaxCallRecvMsgSize: maxReplyLine,
 	})
 	if err != nil {
 		return fail(err)

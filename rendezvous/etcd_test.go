@@ -112,7 +112,8 @@ func TestEtcdWrongSecret(t *testing.T) {
 }
 
 // TestEtcdRestart: etcd restarted mid-job (stopped, then started on its
-// data) is survived: a Get waiting across it gets the value set after it,
+// data) is survived: a request while it is down fails by its context,
+// naming the key; a Get waiting across it gets the value set after it,
 // the counter and a barrier go on, and no node's lease is lost.
 func TestEtcdRestart(t *testing.T) {
 	srv := etcdtest.Start(t)
@@ -133,6 +134,14 @@ func TestEtcdRestart(t *testing.T) {
 	go func() { lost <- j.launcher.Watch(wctx) }()
 
 	srv.Stop(t)
+	// While etcd is down a request waits for it, and its context ends the
+	// wait with an error naming the endpoint and the key.
+	dctx, cancel := context.WithTimeout(bg, 500*time.Millisecond)
+	defer cancel()
+	err := a.Set(dctx, "down", []byte("x"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rendezvous: etcd "+srv.Endpoint+`: set "down" (key /gtrain/run-1/0/kv/down)`) {
+		t.Errorf("Set while etcd is down = %v", err)
+	}
 	srv.Restart(t)
 
 	ctx := etcdtest.WaitContext(t)
