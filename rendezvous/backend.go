@@ -48,6 +48,12 @@ type Backend interface {
 	Close() error
 }
 
+// Both backends are Backends.
+var (
+	_ Backend = (*Client)(nil)
+	_ Backend = (*EtcdClient)(nil)
+)
+
 // Backend names, as torchrun's --rdzv-backend spells them. "c10d" and
 // "static" both mean gtrain's own TCP rendezvous, which the launcher runs.
 const (

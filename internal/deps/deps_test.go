@@ -48,10 +48,11 @@ var (
 		"testing", // and testing/synctest, testing/fstest, ...
 		module + "/internal/netns",
 		module + "/internal/proctest",
+		module + "/internal/etcdtest",
 		module + "/engine/comm/commtest",
 		"github.com/rogpeppe/go-internal/testscript",
 	}
-	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest"}
+	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest", "internal/etcdtest"}
 )
 
 // TestImportBoundaries fails when a package reaches across a boundary of the
