@@ -21,6 +21,14 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 			python3-torch openssh-server openssh-client iproute2; \
 	fi
+	@# A real Prometheus scrapes `gtrain run --metrics-addr`; protoc and
+	@# Python's protobuf read TensorBoard event files back (internal/tfevents).
+	@if ! command -v prometheus >/dev/null || ! command -v protoc >/dev/null || \
+		! /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			prometheus protobuf-compiler python3-protobuf; \
+	fi
 	@# The etcd rendezvous tests start a real etcd (internal/etcdtest).
 	@if ! command -v etcd >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
@@ -59,6 +67,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseCount$$' -fuzztime=50000x ./planner
 
 test: export GTRAIN_REQUIRE_ETCD = 1
+test: export GTRAIN_REQUIRE_PROMETHEUS = 1
+test: export GTRAIN_REQUIRE_PROTOBUF = 1
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels

@@ -167,4 +167,7 @@ func TestKillDuringCheckpointThenResume(t *testing.T) {
 			t.Errorf("step %d: loss %v after kills and resumes, %v uninterrupted", s, got[s], want.losses[s])
 		}
 	}
+	// metrics.jsonl went through the kills too: each step once, in order,
+	// with the uninterrupted losses.
+	checkRunMetrics(t, filepath.Join(dir, "ckpt"), want.losses, 150)
 }

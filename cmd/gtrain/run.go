@@ -49,6 +49,10 @@ type RunOptions struct {
 	Table   string   // auto, always, never
 	DryRun  bool
 	Auto    bool // built-in engine: pick the layout with the planner (auto.go)
+	// MetricsAddr is --metrics-addr, where to serve Prometheus metrics
+	// (metrics.go); layout is the job's, for their job info.
+	MetricsAddr string
+	layout      string
 }
 
 // NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
@@ -93,6 +97,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	addOutputFlag(f, &opts.Output, "events (or the --dry-run job) as JSON lines on stdout")
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the job, start nothing")
+	addMetricsFlag(f, opts)
 	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
 	return cmd
 }
@@ -189,6 +194,7 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
 	}
+	o.layout = engineLayout(j.Spec)
 	if o.NNodes != "" || (o.Auto && o.Hostfile != "") {
 		line := func(c train.AutoChoice) string { return strings.TrimPrefix(autoLine(c), "gtrain: ") }
 		o.Plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
@@ -210,7 +216,7 @@ func (o *RunOptions) launch(ctx context.Context, w launch.Workload, grid *planne
 		}
 		return printJobGrid(ctx, o.IO.Out, job, *grid)
 	}
-	return execute(ctx, &o.LaunchOptions, job, o.view(job))
+	return o.executeWithMetrics(ctx, job)
 }
 
 // check validates flag values that need no I/O.
@@ -222,6 +228,9 @@ func (o *RunOptions) check() error {
 		return usage.Errorf("run: --job and --set configure the built-in engine, which runs when no command is given; drop them or the command %q", o.Command[0])
 	}
 	if err := o.Request.Check(o.NprocPerNode); err != nil {
+		return err
+	}
+	if err := o.checkMetricsAddr(); err != nil {
 		return err
 	}
 	if o.Table != "auto" && o.Table != "always" && o.Table != "never" {
