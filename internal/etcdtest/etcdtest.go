@@ -36,6 +36,7 @@ type Server struct {
 	bin      string
 	dir      string
 	peer     string
+	tls      *TLS
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -43,15 +44,25 @@ type Server struct {
 	log  *tail
 }
 
+// TLS makes etcd serve clients over TLS with this certificate and key, and
+// require client certificates signed by CA.
+type TLS struct{ Cert, Key, CA string }
+
 // Start runs etcd for t. It skips t (or fails it, see Require) when the
 // etcd binary is not installed.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartTLS(t, nil)
+}
+
+// StartTLS is Start with etcd serving clients over tls (none if nil).
+func StartTLS(t testing.TB, tls *TLS) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		proctest.Missing(t, Require, fmt.Errorf("no etcd server (apt-get install etcd-server, or make deps): %w", err))
 	}
-	s := &Server{bin: bin, dir: t.TempDir()}
+	s := &Server{bin: bin, dir: t.TempDir(), tls: tls}
 	var last error
 	for range 3 { // a free port may be taken before etcd binds it: pick again
 		s.Endpoint, s.peer = "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
@@ -78,10 +89,15 @@ func freePort(t testing.TB) string {
 // insecurely", or "securely" with TLS).
 func (s *Server) start() error {
 	peer, client := "http://"+s.peer, "http://"+s.Endpoint
-	cmd := exec.Command(s.bin, "--name", "t", "--data-dir", s.dir,
+	var tlsArgs []string
+	if s.tls != nil {
+		client = "https://" + s.Endpoint
+		tlsArgs = []string{"--cert-file", s.tls.Cert, "--key-file", s.tls.Key, "--trusted-ca-file", s.tls.CA, "--client-cert-auth"}
+	}
+	cmd := exec.Command(s.bin, append([]string{"--name", "t", "--data-dir", s.dir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "t="+peer, "--logger", "zap", "--log-outputs", "stderr")
+		"--initial-cluster", "t=" + peer, "--logger", "zap", "--log-outputs", "stderr"}, tlsArgs...)...)
 	cmd.SysProcAttr = sysProcAttr()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
