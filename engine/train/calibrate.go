@@ -20,7 +20,7 @@ const (
 )
 
 // MeasureCPU measures this host's speed at the engine's own work, on one
-// core, in a few tens of milliseconds: the float32 GEMM on a layer's weight
+// core, in about 70 ms: the float32 GEMM on a layer's weight
 // multiplies and the memory-bound kernels of a layer's forward and
 // backward pass (kernels.Sgemm and the others with one thread), each
 // multiply and each kernel timed on its own, the fastest of
