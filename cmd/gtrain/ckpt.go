@@ -231,7 +231,8 @@ func printVerdicts(w io.Writer, infos []ckpt.Info) error {
 type CkptExportOptions struct {
 	IO        *IOStreams
 	Path      string // a step directory, or a root (its latest valid checkpoint)
-	Out       string // the safetensors file to write
+	Out       string // the safetensors file to write; a directory for --format hf
+	Format    string // safetensors or hf
 	DType     string
 	Optimizer bool
 	Output    string // text or json: what was written
@@ -242,7 +243,7 @@ func NewCmdCkptExport(ios *IOStreams) *cobra.Command {
 	o := &CkptExportOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "export DIR --out FILE [flags]",
-		Short: "Export a checkpoint's weights as one safetensors file",
+		Short: "Export a checkpoint's weights as one safetensors file, or a Hugging Face model directory",
 		Long: `Export the full tensors of a checkpoint, assembled from every rank's shards,
 to one safetensors file that the safetensors/PyTorch ecosystem reads
 (safetensors.torch.load_file, transformers). DIR is a step directory, or a
@@ -251,9 +252,20 @@ named on stderr). The checkpoint is verified first. By default only the model
 parameters are exported; --optimizer adds the optimizer state. bf16 and f16
 round to nearest even, as PyTorch's .to() does. FILE is replaced atomically.
 What was written (file, step, tensors, bytes, dtype) is printed, or with
--o json one document.`,
+-o json one document.
+
+With --format hf, --out is a directory that GPT2LMHeadModel.from_pretrained
+loads, written as save_pretrained writes one (created if missing; its files
+replaced, others left alone): model.safetensors (the model parameters under
+GPT-2's names), config.json (GPT2Config: n_layer, n_head, n_embd,
+n_positions, vocab_size, gelu_new, layer_norm_epsilon 1e-5, tied embeddings,
+no dropout, torch_dtype of --dtype) and, for a run on GPT-2 BPE data
+(gtrain data prepare --tokenizer gpt2), GPT2Tokenizer's vocab.json,
+merges.txt and tokenizer_config.json. A byte-level run has no tokenizer
+files: its ids are the bytes, and end-of-text (bos/eos_token_id) is 256.`,
 		Example: `  gtrain ckpt export runs/gpt2/ckpt --out model.safetensors
-  gtrain ckpt export runs/gpt2/ckpt/step-00001000 --out model-bf16.safetensors --dtype bf16 -o json`,
+  gtrain ckpt export runs/gpt2/ckpt/step-00001000 --out model-bf16.safetensors --dtype bf16 -o json
+  gtrain ckpt export --format hf runs/gpt2/ckpt --out hf/gpt2-mine`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Path = args[0]
@@ -261,7 +273,8 @@ What was written (file, step, tensors, bytes, dtype) is printed, or with
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Out, "out", "", "the safetensors file to write (required)")
+	f.StringVar(&o.Out, "out", "", "the safetensors file to write, or with --format hf the directory (required)")
+	f.StringVar(&o.Format, "format", "safetensors", "safetensors (one file) or hf (a Hugging Face model directory)")
 	f.StringVar(&o.DType, "dtype", "f32", "element type of the file: f32, bf16 or f16")
 	f.BoolVar(&o.Optimizer, "optimizer", false, "export the optimizer state too (tensors named optimizer.*)")
 	addOutputFlag(f, &o.Output, "what was written: path, step, tensors, elements, bytes, dtype")
@@ -279,11 +292,19 @@ func ckptExportRun(ctx context.Context, o *CkptExportOptions) error {
 	if err != nil {
 		return usage.Errorf("ckpt export: --dtype: %v", err)
 	}
-	res, err := ckpt.ExportPath(ctx, ckpt.ExportRequest{
+	req := ckpt.ExportRequest{
 		Op: "ckpt export", From: o.Path, To: o.Out,
 		ExportOptions: ckpt.ExportOptions{DType: dtype, Optimizer: o.Optimizer},
 		Warn:          func(msg string) { fmt.Fprintf(o.IO.Err, "gtrain: warning: %s\n", msg) },
-	})
+	}
+	switch o.Format {
+	case "hf":
+		return ckptExportHF(ctx, o, req)
+	case "safetensors", "":
+	default:
+		return usage.Errorf("ckpt export: --format %q: want safetensors or hf", o.Format)
+	}
+	res, err := ckpt.ExportPath(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -292,5 +313,25 @@ func ckptExportRun(ctx context.Context, o *CkptExportOptions) error {
 	}
 	_, err = fmt.Fprintf(o.IO.Out, "exported %s (step %d) to %s: %d tensor(s), %d elements, %s as %s\n",
 		filepath.Base(res.Checkpoint), res.Step, res.Path, res.Tensors, res.Elements, formatSize(res.Bytes), res.DType)
+	return err
+}
+
+// ckptExportHF writes a Hugging Face model directory and says what it
+// wrote.
+func ckptExportHF(ctx context.Context, o *CkptExportOptions, req ckpt.ExportRequest) error {
+	res, err := ckpt.ExportHF(ctx, req)
+	if err != nil {
+		return err
+	}
+	if o.Output == outputJSON {
+		return writeJSON(o.IO.Out, res)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "exported %s (step %d) to %s for transformers (GPT2LMHeadModel, tokenizer %s): %d tensor(s), %s as %s\n",
+		filepath.Base(res.Checkpoint), res.Step, res.Dir, res.Tokenizer, res.Tensors, formatSize(res.Bytes), res.DType)
+	for _, f := range res.Files {
+		fmt.Fprintf(&b, "wrote %s\n", f)
+	}
+	_, err = io.WriteString(o.IO.Out, b.String())
 	return err
 }
