@@ -45,8 +45,7 @@ func Stdio() *IOStreams {
 // preemption); a second one closes abort (stop waiting for a graceful
 // teardown). A command that saves its state on preemption (the worker)
 // calls catchPreemption first: then the first SIGTERM or SIGUSR1 closes
-// preempt instead, more of them change nothing, and only a SIGINT
-// cancels ctx.
+// preempt instead, and only the next signal cancels ctx.
 type signals struct {
 	abort   <-chan struct{}
 	preempt chan struct{}
@@ -79,12 +78,11 @@ func (s *signals) relay(sigc <-chan os.Signal, cancel context.CancelCauseFunc, a
 	preempted, cancelled := false, false
 	for sig := range sigc {
 		switch {
-		case preempted && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
-			// The preemption again, not a second interrupt of a worker
-			// saving its state: a scheduler signals every process of a
-			// job step (Slurm's scancel --signal, its preemption's
-			// SIGTERM), the agent forwards what it got, and the launcher
-			// stops the ranks too. SIGINT still interrupts the save.
+		case sig == syscall.SIGUSR1 && preempted:
+			// The same warning again, not a second interrupt of a worker
+			// saving its state: Slurm signals every process of a job step
+			// (scancel --signal=USR1), and the agent forwards the signal
+			// it got to its ranks too.
 		case !preempted && !cancelled && s.catch.Load() && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
 			preempted = true
 			s.preemptedBy.Store(sig)
@@ -174,7 +172,6 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdGenerate(ios),
 		NewCmdPlan(ios),
 		NewCmdResume(ios, sig),
-		NewCmdRuns(ios),
 		skipConfig(NewCmdWorker(ios, sig)),
 		skipConfig(NewCmdVersion(ios)),
 	)
