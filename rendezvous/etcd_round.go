@@ -3,12 +3,14 @@ package rendezvous
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,26 +47,25 @@ func (c *EtcdClient) Expect(ctx context.Context, nodes []string) error {
 	return c.errf(k, "", fmt.Errorf("run id in use by another job: choose another --rdzv-id, or remove the old keys with etcdctl del --prefix %s/", c.cfg.Prefix))
 }
 
-// expected waits for the node names Expect wrote.
-func (c *EtcdClient) expected(ctx context.Context) ([]string, error) {
+// expected waits for the node names Expect wrote, and returns them and the
+// revision that wrote them: the round began there.
+func (c *EtcdClient) expected(ctx context.Context) ([]string, int64, error) {
 	k := c.nodesKey()
 	for {
 		v, mod, rev, err := c.read(ctx, k, "round")
 		if err == nil && mod == 0 {
-			var found bool
-			v, found, err = c.waitPut(ctx, k, rev+1)
-			if err == nil && !found {
-				continue
+			if _, _, err = c.waitPut(ctx, k, rev+1); err == nil {
+				continue // written (or the watch compacted): read it
 			}
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		var nodes []string
 		if err := json.Unmarshal(v, &nodes); err != nil {
-			return nil, c.errf(k, "round", fmt.Errorf("malformed node list: %w", err))
+			return nil, 0, c.errf(k, "round", fmt.Errorf("malformed node list: %w", err))
 		}
-		return nodes, nil
+		return nodes, mod, nil
 	}
 }
 
@@ -82,7 +83,7 @@ func (c *EtcdClient) Join(ctx context.Context, name string, facts any) (*Round, 
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: etcd %s: join %s: %w", c.where, name, err)
 	}
-	nodes, err := c.expected(ctx)
+	nodes, since, err := c.expected(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func (c *EtcdClient) Join(ctx context.Context, name string, facts any) (*Round, 
 	if err := c.addMember(ctx, Member{Rank: rank, Name: name, Addr: c.local.(*net.TCPAddr).IP.String(), Facts: raw}); err != nil {
 		return nil, err
 	}
-	members, rev, err := c.waitMembers(ctx, nodes)
+	members, rev, err := c.waitMembers(ctx, nodes, since)
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		c.cli.Delete(dctx, c.memberKey(name)) // leave, so a restarted agent can join
@@ -169,11 +170,11 @@ func (c *EtcdClient) member(k string, stored []byte) (Member, error) {
 // WaitRound waits until every expected node joined and returns them in
 // rank order; if ctx ends first, a *RoundError names the missing nodes.
 func (c *EtcdClient) WaitRound(ctx context.Context) ([]Member, error) {
-	nodes, err := c.expected(ctx)
+	nodes, since, err := c.expected(ctx)
 	if err != nil {
 		return nil, err
 	}
-	members, rev, err := c.waitMembers(ctx, nodes)
+	members, rev, err := c.waitMembers(ctx, nodes, since)
 	if err != nil {
 		return nil, err
 	}
@@ -183,15 +184,22 @@ func (c *EtcdClient) WaitRound(ctx context.Context) ([]Member, error) {
 	return members, nil
 }
 
-// waitMembers reads the members' prefix and watches it from the revision
-// after the read until every node is in, returning them and the revision
-// at which the last one came.
-func (c *EtcdClient) waitMembers(ctx context.Context, nodes []string) ([]Member, int64, error) {
+// waitMembers reads the members' prefix as it was at revision since (the
+// round's start) and watches it from the revision after, in order, until
+// every node is in; it returns them and the revision at which the last one
+// came. Reading from the round's start, not now, matters: a node leaves
+// (its agent closes its client) as soon as it saw the round close, and a
+// node or launcher that looks later must still see the moment it closed.
+func (c *EtcdClient) waitMembers(ctx context.Context, nodes []string, since int64) ([]Member, int64, error) {
 	start := time.Now()
 	have := map[string]Member{}
 	p := c.membersKey()
 	for {
-		resp, err := c.cli.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithLimit(int64(len(nodes))+1))
+		resp, err := c.cli.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithLimit(int64(len(nodes))+1), clientv3.WithRev(since))
+		if errors.Is(err, rpctypes.ErrCompacted) && since != 0 {
+			since = 0 // that history is gone (etcd compacted it): read now
+			continue
+		}
 		if err != nil {
 			return nil, 0, c.roundError(ctx, nodes, have, start, c.errf(p, "round", ctxErr(ctx, err)))
 		}
@@ -202,6 +210,9 @@ func (c *EtcdClient) waitMembers(ctx context.Context, nodes []string) ([]Member,
 			}
 		}
 		rev := resp.Header.Revision
+		if since != 0 {
+			rev = since // the read was of then: watch from then on
+		}
 		if len(have) == len(nodes) {
 			return inRankOrder(nodes, have), rev, nil
 		}
@@ -212,6 +223,7 @@ func (c *EtcdClient) waitMembers(ctx context.Context, nodes []string) ([]Member,
 		if done {
 			return inRankOrder(nodes, have), rev, nil
 		}
+		since = 0 // the watch was compacted: read now
 	}
 }
 

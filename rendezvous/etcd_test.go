@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/gtrain/gtrain/internal/etcdtest"
 )
 
@@ -80,6 +82,57 @@ func TestEtcdLeaseExpiryNamesLostNode(t *testing.T) {
 		if !errors.As(err, &le) || le.Node != "node-b" || !strings.Contains(err.Error(), "node node-b lost: its lease ended") {
 			t.Errorf("%s's Watch = %v, want node-b lost", who, err)
 		}
+	}
+}
+
+// TestEtcdRoundSeenAfterNodesLeft: agents close their client (revoking
+// their lease, so their member keys go) as soon as their Join returns; a
+// launcher that only then looks at the round must still see it closed
+// with every node, and so must a node slower than the others.
+func TestEtcdRoundSeenAfterNodesLeft(t *testing.T) {
+	j := newEtcdJob(t, etcdtest.Start(t), 0, "node-a", "node-b")
+	ctx := etcdtest.WaitContext(t)
+	a, b := j.open(t, j.secret), j.open(t, j.secret)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Join(ctx, "node-a", Facts{})
+		a.Close()
+		aDone <- err
+	}()
+	waitMemberKeys(t, j.launcher, 1)
+	// node-b joins last; node-a returns and leaves at once, maybe before
+	// node-b's Join has looked at the members.
+	if _, err := b.Join(ctx, "node-b", Facts{}); err != nil {
+		t.Fatalf("the last node's Join: %v", err)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	waitMemberKeys(t, j.launcher, 0) // both left before the launcher looks
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	members, err := j.launcher.WaitRound(wctx)
+	if err != nil || len(members) != 2 || members[0].Name != "node-a" || members[1].Name != "node-b" {
+		t.Errorf("WaitRound after every node left = %+v, %v; want the round as it closed", members, err)
+	}
+}
+
+// waitMemberKeys waits, with a watch, until the round has n member keys.
+func waitMemberKeys(t *testing.T, c *EtcdClient, n int) {
+	t.Helper()
+	ctx := etcdtest.WaitContext(t)
+	for {
+		resp, err := c.cli.Get(ctx, c.membersKey(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == int64(n) {
+			return
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		<-c.cli.Watch(wctx, c.membersKey(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		cancel()
 	}
 }
 
