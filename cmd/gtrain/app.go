@@ -172,6 +172,7 @@ output and status, and tears the whole job down when any rank fails.`,
 		NewCmdGenerate(ios),
 		NewCmdPlan(ios),
 		NewCmdResume(ios, sig),
+		NewCmdRuns(ios),
 		skipConfig(NewCmdWorker(ios, sig)),
 		skipConfig(NewCmdVersion(ios)),
 	)
