@@ -54,6 +54,11 @@ func AutoLayout(spec Spec, nodes []hostfiles.Node) (Spec, AutoChoice, error) {
 // micro-batch and gradient accumulation (keeping the job's global batch)
 // and recompute.
 func autoSpec(spec Spec, top planner.Topology) (Spec, AutoChoice, error) {
+	return autoSpecWhere(spec, top, nil)
+}
+
+// autoSpecWhere is autoSpec among the layouts keep accepts (nil: all).
+func autoSpecWhere(spec Spec, top planner.Topology, keep func(planner.Candidate) bool) (Spec, AutoChoice, error) {
 	pr, err := enginePlan(spec, top)
 	if err != nil {
 		return spec, AutoChoice{}, err
@@ -61,6 +66,10 @@ func autoSpec(spec Spec, top planner.Topology) (Spec, AutoChoice, error) {
 	res, err := planner.Search(pr, planner.Space{})
 	if err != nil {
 		return spec, AutoChoice{}, usage.Errorf("run --auto: %w", err)
+	}
+	if keep != nil {
+		res.Candidates = slices.DeleteFunc(res.Candidates[:res.Feasible:res.Feasible], func(c planner.Candidate) bool { return !keep(c) })
+		res.Feasible = len(res.Candidates)
 	}
 	for _, c := range res.Candidates[:res.Feasible] {
 		// The planner's reasons are the engine's refusals; the engine's
@@ -193,10 +202,13 @@ func GlobalBatch(spec Spec, world int) (int, error) {
 // Refit lays spec out for a restart on world ranks that keeps its global
 // batch of global sequences per step (an elastic job that lost or gained
 // hosts): tp and pp stay, dp is every replica the ranks make, and
-// micro_batch × grad_accum = global / dp, split with a micro_batch no
-// larger than the job's where one can be (a rank's activations were sized
-// for it) and the accumulation nearest the job's. The checkpoint loads
-// into any layout (engine/zero and the grid reshard it).
+// micro_batch × grad_accum = global / dp. It keeps grad_accum where it
+// can, as a resume's resharding does: the sampler draws one global
+// micro-batch per micro-step, so the same accumulation sees exactly the
+// data of the uninterrupted run. Else it takes the accumulation with a
+// micro_batch no larger than the job's (its activations were sized for
+// it), nearest the job's. The checkpoint loads into any layout
+// (engine/zero and the grid reshard it).
 func Refit(spec Spec, world, global int) (Spec, error) {
 	p := &spec.Parallel
 	mp := p.ModelParallel()
@@ -222,9 +234,9 @@ func Refit(spec Spec, world, global int) (Spec, error) {
 		world, dp, per, spec.Validate())
 }
 
-// accumsFor is the divisors of per as accumulations: first those that
-// leave a micro-batch no larger than micro, each group nearest to accum
-// first.
+// accumsFor is the divisors of per as accumulations: accum itself first,
+// then those that leave a micro-batch no larger than micro, each group
+// nearest to accum first.
 func accumsFor(per, micro, accum int) []int {
 	var ds []int
 	for d := 1; d*d <= per; d++ {
@@ -235,17 +247,18 @@ func accumsFor(per, micro, accum int) []int {
 			}
 		}
 	}
-	key := func(d int) (int, int) {
-		bigger := 0
-		if per/d > micro {
-			bigger = 1
+	key := func(d int) int {
+		switch {
+		case d == accum:
+			return 0
+		case per/d <= micro:
+			return 1
 		}
-		return bigger, max(d-accum, accum-d)
+		return 2
 	}
+	dist := func(d int) int { return max(d-accum, accum-d) }
 	slices.SortStableFunc(ds, func(a, b int) int {
-		ba, da := key(a)
-		bb, db := key(b)
-		return cmp.Or(cmp.Compare(ba, bb), cmp.Compare(da, db), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(dist(a), dist(b)), cmp.Compare(a, b))
 	})
 	return ds
 }
@@ -254,11 +267,19 @@ func accumsFor(per, micro, accum int) []int {
 // agents' facts, planner.CPUTopologyOf) rather than one assumed from this
 // machine, keeping the job's global batch of global sequences per step: a
 // layout decided once the hosts have joined, and again at every elastic
-// restart.
-func AutoLayoutOn(spec Spec, top planner.Topology, global int) (Spec, AutoChoice, error) {
+// restart. accum > 0 asks for that gradient accumulation, the fastest
+// layout with it if any fits (a restart then sees the data of the
+// uninterrupted run: see Refit), else the fastest of all.
+func AutoLayoutOn(spec Spec, top planner.Topology, global, accum int) (Spec, AutoChoice, error) {
 	// One replica of the whole batch, as the search reads it: it sets
 	// every count it keeps anew (withLayout).
 	spec.Batch.MicroBatch, spec.Batch.GradAccum = global, 1
 	spec.Parallel.TP, spec.Parallel.PP, spec.Parallel.DP = 1, 1, 1
+	if accum > 0 {
+		s, c, err := autoSpecWhere(spec, top, func(c planner.Candidate) bool { return c.GradAccum == accum })
+		if err == nil {
+			return s, c, nil
+		}
+	}
 	return autoSpec(spec, top)
 }

@@ -8,9 +8,10 @@ import (
 )
 
 // TestRefit: an elastic restart on another number of ranks keeps the
-// global batch: dp is every replica, the micro-batch no larger than the
-// job's where it can be, the accumulation nearest the job's; worlds that
-// cannot keep it are refused with the reason.
+// global batch: dp is every replica, grad_accum kept where it can be (the
+// same data), else a micro-batch no larger than the job's, the
+// accumulation nearest the job's; worlds that cannot keep it are refused
+// with the reason.
 func TestRefit(t *testing.T) {
 	tests := []struct {
 		name                 string
@@ -21,8 +22,10 @@ func TestRefit(t *testing.T) {
 		wantDP               int
 		err                  string
 	}{
-		{name: "3 ranks to 2", micro: 2, accum: 1, world: 2, global: 6, wantMicro: 1, wantAccum: 3, wantDP: 2},
-		{name: "3 ranks to 2, the accumulation grows", micro: 2, accum: 2, world: 2, global: 12, wantMicro: 2, wantAccum: 3, wantDP: 2},
+		{name: "3 ranks to 2", micro: 2, accum: 1, world: 2, global: 6, wantMicro: 3, wantAccum: 1, wantDP: 2},
+		{name: "3 ranks to 2, accumulation kept", micro: 2, accum: 2, world: 2, global: 12, wantMicro: 3, wantAccum: 2, wantDP: 2},
+		{name: "accumulation that cannot stay", micro: 2, accum: 3, world: 4, global: 18, err: "4 replicas do not divide"},
+		{name: "accumulation changes, micro_batch no larger", micro: 2, accum: 4, world: 4, global: 40, wantMicro: 2, wantAccum: 5, wantDP: 4},
 		{name: "2 ranks to 4", micro: 4, accum: 2, world: 4, global: 16, wantMicro: 2, wantAccum: 2, wantDP: 4},
 		{name: "micro_batch 1 stays", micro: 1, accum: 4, world: 2, global: 12, wantMicro: 1, wantAccum: 6, wantDP: 2},
 		{name: "tp2 on 4 ranks", tp: 2, micro: 3, accum: 2, world: 4, global: 12, wantMicro: 3, wantAccum: 2, wantDP: 2},
@@ -61,7 +64,7 @@ func TestAutoLayoutOnKeepsGlobalBatch(t *testing.T) {
 	for _, hosts := range [][]int{{1, 1, 1}, {1, 1}, {2, 2}, {4}} {
 		spec := DefaultSpec()
 		top := planner.CPUTopology(hosts, 16<<30, 8)
-		got, choice, err := AutoLayoutOn(spec, top, 24)
+		got, choice, err := AutoLayoutOn(spec, top, 24, 0)
 		if err != nil {
 			t.Fatalf("hosts %v: %v", hosts, err)
 		}

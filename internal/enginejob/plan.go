@@ -27,64 +27,87 @@ type PlanOptions struct {
 // once every host of an attempt has joined, it gives every rank the spec
 // laid out for that attempt's world. The global batch is the one of the
 // first attempt's world and stays, so an elastic restart on fewer or more
-// hosts trains on as the uninterrupted job would: dp is recomputed
-// (train.Refit), or with o.Auto the whole layout re-planned for the hosts
-// that joined (train.AutoLayoutOn). Attempts on the job's own world
-// without o.Auto keep the spec the ranks already have.
+// hosts trains on as the uninterrupted job would: dp is recomputed from
+// the layout the last attempt ran (train.Refit), or with o.Auto the whole
+// layout re-planned for the hosts that joined (train.AutoLayoutOn), both
+// keeping its gradient accumulation where they can (the data order stays
+// the uninterrupted run's). Attempts on the job's own world without
+// o.Auto keep the spec the ranks already have.
 func (j *Job) Planner(o PlanOptions) func(context.Context, launch.World) (launch.Planned, error) {
-	global, first := 0, 0
-	return func(_ context.Context, w launch.World) (launch.Planned, error) {
-		var pl launch.Planned
-		if global == 0 {
-			g, err := train.GlobalBatch(j.Spec, w.Size)
-			if err != nil {
-				return pl, err
-			}
-			global, first = g, w.Size
-		}
-		spec, err := j.specFor(o, w, global, first, &pl.Notes)
-		if err != nil || spec == nil {
-			return pl, err
-		}
-		js, err := json.Marshal(spec)
-		if err != nil {
-			return pl, fmt.Errorf("run: encode the job for attempt %d: %w", w.Attempt, err)
-		}
-		pl.Env = []string{rankenv.JobSpec + "=" + string(js)}
-		return pl, nil
-	}
+	pl := &attemptPlanner{job: j, o: o, cur: j.Spec}
+	return pl.plan
 }
 
-// specFor is j's spec laid out for the world w, or nil where the ranks'
+// attemptPlanner is Planner's state across attempts; the launcher asks it for
+// one attempt at a time.
+type attemptPlanner struct {
+	job    *Job
+	o      PlanOptions
+	cur    train.Spec // the layout the last attempt ran
+	global int        // sequences per step, fixed by the first attempt
+	first  int        // the first attempt's ranks
+}
+
+func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned, error) {
+	var out launch.Planned
+	if p.global == 0 {
+		g, err := train.GlobalBatch(p.job.Spec, w.Size)
+		if err != nil {
+			return out, err
+		}
+		p.global, p.first = g, w.Size
+	}
+	spec, err := p.specFor(w, &out.Notes)
+	if err != nil || spec == nil {
+		return out, err
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return out, fmt.Errorf("run: encode the job for attempt %d: %w", w.Attempt, err)
+	}
+	if b := p.cur.Batch; w.Attempt > 0 && b.GradAccum != spec.Batch.GradAccum {
+		out.Notes = append(out.Notes, fmt.Sprintf("attempt %d changes grad_accum %d → %d (no layout with %d fits): its steps see other data than an uninterrupted run's",
+			w.Attempt, b.GradAccum, spec.Batch.GradAccum, b.GradAccum))
+	}
+	p.cur = *spec
+	out.Env = []string{rankenv.JobSpec + "=" + string(js)}
+	return out, nil
+}
+
+// specFor is the spec laid out for the world w, or nil where the ranks'
 // spec stands as it is; it adds what the user should know to notes.
-func (j *Job) specFor(o PlanOptions, w launch.World, global, first int, notes *[]string) (*train.Spec, error) {
-	if o.Auto {
+func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, error) {
+	if p.o.Auto {
 		if hosts, ok := reported(w.Facts); ok {
 			top, warns, err := planner.CPUTopologyOf(hosts, w.Slots)
 			if err != nil {
 				return nil, fmt.Errorf("run --auto: the hosts' reported facts: %w", err)
 			}
-			spec, choice, err := train.AutoLayoutOn(j.Spec, top, global)
+			accum := 0
+			if w.Attempt > 0 {
+				accum = p.cur.Batch.GradAccum
+			}
+			spec, choice, err := train.AutoLayoutOn(p.job.Spec, top, p.global, accum)
 			if err != nil {
 				return nil, err
 			}
 			*notes = append(*notes, warns...)
-			if o.Line != nil {
-				*notes = append(*notes, "from the hosts' reported facts: "+o.Line(choice))
+			if p.o.Line != nil {
+				*notes = append(*notes, "from the hosts' reported facts: "+p.o.Line(choice))
 			}
 			return &spec, nil
 		}
 	}
-	if w.Size == first {
+	if w.Size == p.first && w.Attempt == 0 {
 		return nil, nil
 	}
-	spec, err := train.Refit(j.Spec, w.Size, global)
+	spec, err := train.Refit(p.cur, w.Size, p.global)
 	if err != nil {
 		return nil, err
 	}
-	p := spec.Parallel
+	q := spec.Parallel
 	*notes = append(*notes, fmt.Sprintf("attempt %d runs on %d ranks: tp %d × pp %d × dp %d, micro_batch %d × grad_accum %d, the global batch stays %d sequences",
-		w.Attempt, w.Size, max(p.TP, 1), max(p.PP, 1), p.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum, global))
+		w.Attempt, w.Size, max(q.TP, 1), max(q.PP, 1), q.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum, p.global))
 	return &spec, nil
 }
 
