@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gtrain/gtrain/engine/comm"
@@ -147,6 +148,18 @@ func TestExportHF(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(byteOut, data.HFVocabFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a byte-level export wrote vocab.json (%v)", err)
+	}
+
+	// A FIFO where config.json goes is refused, not opened (which would
+	// block) nor replaced.
+	fifoOut := filepath.Join(t.TempDir(), "hf")
+	must(t, os.MkdirAll(fifoOut, 0o755))
+	must(t, syscall.Mkfifo(filepath.Join(fifoOut, HFConfigFile), 0o644))
+	if _, err := ExportHF(t.Context(), ExportRequest{Op: "ckpt export", From: byteRoot, To: fifoOut}); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("export over a FIFO config.json = %v, want an error naming it", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(fifoOut, HFConfigFile)); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO was replaced: %v, %v", fi, err)
 	}
 
 	file := filepath.Join(t.TempDir(), "model.safetensors")
