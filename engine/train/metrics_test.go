@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/planner"
 )
 
 // readMetricsFile is the records of dir's metrics file, in order.
@@ -163,3 +165,37 @@ func TestReadMetricsNamesBadLine(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestMetricsRanksCoords: under tp 2 × pp 2 every log step's record holds
+// each of the 4 ranks with its own (dp, pp, tp), as planner.Grid places
+// it, and rank 0's coord in the record itself.
+func TestMetricsRanksCoords(t *testing.T) {
+	spec := gridSpec(gridLayout{tp: 2, pp: 2, dp: 1})
+	spec.Checkpoint = CkptSpec{Dir: t.TempDir()}
+	runRanks(t, spec, 4, nil)
+	lines := readMetricsFile(t, spec.Checkpoint.Dir)
+	if len(lines) != spec.Steps {
+		t.Fatalf("%d records, want %d", len(lines), spec.Steps)
+	}
+	grid := planner.Grid{TP: 2, PP: 2, DP: 1}
+	gathered := 0
+	for _, m := range lines {
+		if m.Coord == nil || *m.Coord != grid.Coord(0) {
+			t.Errorf("step %d: record's coord %v, want rank 0's %v", m.Step, m.Coord, grid.Coord(0))
+		}
+		if len(m.Ranks) == 0 {
+			continue
+		}
+		if gathered++; len(m.Ranks) != 4 {
+			t.Fatalf("step %d: %d ranks' values, want 4", m.Step, len(m.Ranks))
+		}
+		for i, r := range m.Ranks {
+			if r.Coord == nil || *r.Coord != grid.Coord(i) || r.Memory.Total <= 0 {
+				t.Errorf("step %d: rank %d: coord %v memory %d, want coord %v and its memory", m.Step, i, r.Coord, r.Memory.Total, grid.Coord(i))
+			}
+		}
+	}
+	if gathered != 3 {
+		t.Errorf("ranks' values at %d steps, want 3 (the first, the evaluation at 2, the last)", gathered)
+	}
+}
