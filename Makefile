@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=250000x ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzSelect$$' -fuzztime=300000x ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=600000x ./rendezvous
+	$(GO) test -run='^$$' -fuzz='^FuzzParseEtcdEndpoint$$' -fuzztime=100000x ./rendezvous
 	$(GO) test -run='^$$' -fuzz='^FuzzOpen$$' -fuzztime=20000x ./engine/data
 	$(GO) test -run='^$$' -fuzz='^FuzzReadMeta$$' -fuzztime=15000x ./engine/data
 	$(GO) test -run='^$$' -fuzz='^FuzzEncodeBytes$$' -fuzztime=300000x ./engine/data

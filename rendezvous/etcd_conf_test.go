@@ -75,3 +75,22 @@ func TestEtcdTLSFiles(t *testing.T) {
 		t.Errorf("no TLS files: %v, %v", cfg, err)
 	}
 }
+
+// FuzzParseEtcdEndpoint: any endpoint string is parsed or refused without
+// a panic, and what is accepted writes back to an endpoint that parses to
+// the same config.
+func FuzzParseEtcdEndpoint(f *testing.F) {
+	f.Add("etcd://127.0.0.1:2379/gtrain/run/0")
+	f.Add("etcd://a:1,[::1]:2/gtrain/r%2Fx/3?cacert=/c&cert=/d&key=/k&user=u&password_file=/p&ttl=5s")
+	f.Add("etcd://h:1/gtrain/?%zz")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseEtcdEndpoint(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseEtcdEndpoint(c.Endpoint())
+		if err != nil || !reflect.DeepEqual(again, c) {
+			t.Fatalf("%q parsed to %+v, which writes %q, which parses to %+v, %v", s, c, c.Endpoint(), again, err)
+		}
+	})
+}
