@@ -47,6 +47,7 @@ e.g. the ZeRO stage or the steps.`,
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve the checkpoint, hosts and environments, print the job, start nothing")
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a key of the checkpoint's job, e.g. --set steps=2000 (repeatable)")
 	addRestartFlag(f, &opts.LaunchOptions)
+	addMetricsFlag(f, opts)
 	return cmd
 }
 

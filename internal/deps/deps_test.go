@@ -50,9 +50,10 @@ var (
 		module + "/internal/proctest",
 		module + "/internal/etcdtest",
 		module + "/engine/comm/commtest",
+		module + "/internal/tfevents/tfeventstest",
 		"github.com/rogpeppe/go-internal/testscript",
 	}
-	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest", "internal/etcdtest"}
+	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest", "internal/etcdtest", "internal/tfevents/tfeventstest"}
 )
 
 // TestImportBoundaries fails when a package reaches across a boundary of the
