@@ -209,8 +209,8 @@ func cutMetrics(path string, step int) error {
 type metricsLog struct {
 	mu     sync.Mutex
 	path   string
-	f      *os.File
-	failed bool // a write failed: warned once, no more writes
+	f      *os.File // opened at the first record: a run that takes no step leaves no file
+	failed bool     // a write failed: warned once, no more writes
 	warn   func(string)
 	tb     metricsSink // log.tensorboard, nil without
 }
@@ -231,14 +231,14 @@ func (t *Trainer) openMetrics() error {
 		return nil
 	}
 	path := filepath.Join(dir, MetricsFile)
+	// A FIFO or device in its place would block or take the records.
+	if _, err := atomicfile.Resolve(path); err != nil {
+		return fmt.Errorf("train: metrics: %w; remove it", err)
+	}
 	if err := cutMetrics(path, t.step); err != nil {
 		return fmt.Errorf("train: metrics %s: cut back to step %d: %w; move the file aside to start a new one", path, t.step, err)
 	}
-	f, err := atomicfile.OpenAppend(path, 0o644)
-	if err != nil {
-		return fmt.Errorf("train: metrics %s: %w", path, err)
-	}
-	t.metrics = &metricsLog{path: path, f: f, warn: t.env.Warn}
+	t.metrics = &metricsLog{path: path, warn: t.env.Warn}
 	if err := t.openTensorBoard(); err != nil {
 		t.metrics.close()
 		t.metrics = nil
@@ -283,6 +283,9 @@ func (l *metricsLog) add(m MetricsLine) {
 	if l.failed {
 		return
 	}
+	if err == nil && l.f == nil {
+		l.f, err = atomicfile.OpenAppend(l.path, 0o644)
+	}
 	if err == nil {
 		_, err = l.f.Write(append(b, '\n'))
 	}
@@ -302,7 +305,10 @@ func (l *metricsLog) sync() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := l.f.Sync()
+	var err error
+	if l.f != nil {
+		err = l.f.Sync()
+	}
 	if l.tb != nil {
 		err = errors.Join(err, l.tb.flush())
 	}
@@ -320,7 +326,9 @@ func (l *metricsLog) close() error {
 	err := l.sync()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err = errors.Join(err, l.f.Close())
+	if l.f != nil {
+		err = errors.Join(err, l.f.Close())
+	}
 	if l.tb != nil {
 		err = errors.Join(err, l.tb.close())
 	}

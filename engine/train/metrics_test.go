@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gtrain/gtrain/planner"
@@ -197,5 +198,33 @@ func TestMetricsRanksCoords(t *testing.T) {
 	}
 	if gathered != 3 {
 		t.Errorf("ranks' values at %d steps, want 3 (the first, the evaluation at 2, the last)", gathered)
+	}
+}
+
+// TestMetricsNotRegularRefused: a FIFO in metrics.jsonl's place fails the
+// run before its first step, naming it, rather than blocking on it.
+func TestMetricsNotRegularRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, MetricsFile), 0o644); err != nil {
+		t.Skip(err)
+	}
+	_, err := Run(context.Background(), smallSpec(dir), Env{World: 1})
+	if err == nil || !strings.Contains(err.Error(), MetricsFile) {
+		t.Errorf("Run = %v, want an error naming %s", err, MetricsFile)
+	}
+}
+
+// TestMetricsNoStepNoFile: a run that takes no step leaves no metrics
+// file (it is opened at the first record), so that a run directory a
+// failed start leaves holds nothing and can be removed.
+func TestMetricsNoStepNoFile(t *testing.T) {
+	dir := t.TempDir()
+	tr := &Trainer{spec: smallSpec(dir), env: Env{Warn: func(w string) { t.Error(w) }}}
+	if err := tr.openMetrics(); err != nil {
+		t.Fatal(err)
+	}
+	tr.closeMetrics()
+	if _, err := os.Lstat(filepath.Join(dir, MetricsFile)); !os.IsNotExist(err) {
+		t.Errorf("%s after no step: %v, want none", MetricsFile, err)
 	}
 }
