@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,5 +227,30 @@ func TestMetricsNoStepNoFile(t *testing.T) {
 	tr.closeMetrics()
 	if _, err := os.Lstat(filepath.Join(dir, MetricsFile)); !os.IsNotExist(err) {
 		t.Errorf("%s after no step: %v, want none", MetricsFile, err)
+	}
+}
+
+// TestSummarizeRunNonFinite: a run whose loss became NaN summarises, and
+// its JSON writes the NaN as status records do, as a string.
+func TestSummarizeRunNonFinite(t *testing.T) {
+	dir := t.TempDir()
+	recs := `{"step":1,"steps":2,"loss":3,"step_ms":10,"tokens_per_s":100,"time":5}` + "\n" +
+		`{"step":2,"steps":2,"loss":"NaN","val_loss":"NaN","step_ms":10,"tokens_per_s":100,"non_finite":true,"time":6}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, MetricsFile), []byte(recs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := SummarizeRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LastStep != 2 || len(s.Series) != 2 || s.ValStep != 2 || s.WallSeconds != 1.01 || s.TrainSeconds != 0.02 {
+		t.Errorf("summary %+v", s)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"loss":"NaN","val_loss":"NaN"`) {
+		t.Errorf("JSON %s: want the NaNs as strings", b)
 	}
 }
