@@ -422,7 +422,7 @@ func (a *attempt) fail(err error, why string) {
 func (a *attempt) announce(err error) {
 	var ie *InterruptedError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errDetected):
 	case errors.As(err, new(*RankFailedError)), errors.As(err, new(*AgentLostError)):
 	case errors.As(err, &ie) && ie.Preemption():
 		notice(a.view, fmt.Sprintf("%s: stopping every rank (each gets %s; the built-in engine saves a checkpoint first); a second signal kills them at once",

@@ -12,7 +12,7 @@ import (
 // Hostfile.
 func (r Request) topology(ctx context.Context) (Topology, error) {
 	sources := 0
-	for _, set := range []bool{r.GPUs != 0, r.Topology != "", r.Hostfile != ""} {
+	for _, set := range []bool{r.GPUs != 0, r.Topology != "", r.Hostfile != "", r.Detected != nil} {
 		if set {
 			sources++
 		}
@@ -24,6 +24,8 @@ func (r Request) topology(ctx context.Context) (Topology, error) {
 		return Topology{}, usage.Errorf("plan: --gpus, --topology and --hostfile each describe the cluster: give one")
 	case r.Topology != "":
 		return r.topologyFile(ctx)
+	case r.Detected != nil:
+		return *r.Detected, r.Detected.Validate()
 	}
 	nodes, gpn := 0, r.GPUsPerNode
 	if r.Hostfile != "" {

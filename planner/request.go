@@ -31,6 +31,9 @@ type Request struct {
 	Intra, Inter      string // links as ParseLink reads them; "" the GPU's usual
 	Topology          string // a JSON file holding a Topology
 	Hostfile          string // a hostfile whose slots are GPUs
+	// Detected is the cluster as its hosts reported it (plan --detect:
+	// TopologyOf their facts), instead of the three above.
+	Detected *Topology
 
 	Pins      Space    // pinned knobs; Pins.Recompute is set from Recompute
 	Recompute []string // pinned recomputation modes, as ParseRecompute reads them

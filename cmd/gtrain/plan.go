@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gtrain/gtrain/internal/usage"
+	"github.com/gtrain/gtrain/launch"
 	"github.com/gtrain/gtrain/planner"
 )
 
@@ -23,6 +24,11 @@ type PlanOptions struct {
 	All     bool
 	Explain bool
 	Output  string
+
+	// Detect plans for the hostfile's hosts as they report themselves
+	// (plan_detect.go), reached with SSH.
+	Detect bool
+	SSH    launch.SSHConfig
 }
 
 // NewCmdPlan wires the flags of `gtrain plan` into PlanOptions.
@@ -93,12 +99,16 @@ func addPlanFlags(f *pflag.FlagSet, o *PlanOptions) {
 	f.BoolVar(&o.All, "all", false, "list every evaluated layout, the rejected ones with their reason")
 	f.BoolVar(&o.Explain, "explain", false, "explain the chosen layout: memory breakdown, communication per link, rank grid")
 	addOutputFlag(f, &o.Output, "one document with every layout")
+	addDetectFlags(f, o)
 }
 
 // planRun plans and prints.
 func planRun(ctx context.Context, o *PlanOptions) error {
 	if o.Top < 1 {
 		return usage.Errorf("plan: --top %d: must be at least 1 (--all lists everything)", o.Top)
+	}
+	if err := o.detect(ctx); err != nil {
+		return err
 	}
 	pr, res, err := planner.Plan(ctx, o.Request)
 	if err != nil {
