@@ -13,13 +13,17 @@ build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
 
 # Debian's PyTorch (1.13, CPU) is the real peer of the launcher tests; the
-# multi-host tests run real OpenSSH servers in network namespaces (iproute2).
+# multi-host tests run real OpenSSH servers in network namespaces (iproute2),
+# and the Slurm tests a real Slurm (slurm-wlm: slurmctld, slurmd, the
+# clients; munge) on them (internal/slurmtest).
 deps:
 	@if ! $(PYTHON) -c 'import torch.distributed' 2>/dev/null || ! [ -x /usr/sbin/sshd ] || \
-		! command -v ssh >/dev/null || ! command -v ip >/dev/null; then \
+		! command -v ssh >/dev/null || ! command -v ip >/dev/null || \
+		! [ -x /usr/sbin/slurmctld ] || ! [ -x /usr/sbin/slurmd ] || ! [ -x /usr/sbin/munged ] || \
+		! command -v sbatch >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			python3-torch openssh-server openssh-client iproute2; \
+			python3-torch openssh-server openssh-client iproute2 slurm-wlm munge; \
 	fi
 	@# A real Prometheus scrapes `gtrain run --metrics-addr`; protoc and
 	@# Python's protobuf read TensorBoard event files back (internal/tfevents).
@@ -57,6 +61,8 @@ vet:
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=250000x ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzSelect$$' -fuzztime=300000x ./hostfiles
+	$(GO) test -run='^$$' -fuzz='^FuzzExpandHostlist$$' -fuzztime=300000x ./hostfiles
+	$(GO) test -run='^$$' -fuzz='^FuzzExpandTasksPerNode$$' -fuzztime=200000x ./hostfiles
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=600000x ./rendezvous
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEtcdEndpoint$$' -fuzztime=100000x ./rendezvous
 	$(GO) test -run='^$$' -fuzz='^FuzzOpen$$' -fuzztime=20000x ./engine/data
@@ -71,7 +77,7 @@ test: export GTRAIN_REQUIRE_ETCD = 1
 test: export GTRAIN_REQUIRE_PROMETHEUS = 1
 test: export GTRAIN_REQUIRE_PROTOBUF = 1
 test: deps vet
-	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 $(GO) test -race -count=1 ./...
+	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 GTRAIN_REQUIRE_SLURM=1 $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels
 	$(MAKE) fuzz
 

@@ -45,7 +45,8 @@ func Stdio() *IOStreams {
 // preemption); a second one closes abort (stop waiting for a graceful
 // teardown). A command that saves its state on preemption (the worker)
 // calls catchPreemption first: then the first SIGTERM or SIGUSR1 closes
-// preempt instead, and only the next signal cancels ctx.
+// preempt instead, more of them change nothing, and only a SIGINT
+// cancels ctx.
 type signals struct {
 	abort   <-chan struct{}
 	preempt chan struct{}
@@ -78,11 +79,12 @@ func (s *signals) relay(sigc <-chan os.Signal, cancel context.CancelCauseFunc, a
 	preempted, cancelled := false, false
 	for sig := range sigc {
 		switch {
-		case sig == syscall.SIGUSR1 && preempted:
-			// The same warning again, not a second interrupt of a worker
-			// saving its state: Slurm signals every process of a job step
-			// (scancel --signal=USR1), and the agent forwards the signal
-			// it got to its ranks too.
+		case preempted && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
+			// The preemption again, not a second interrupt of a worker
+			// saving its state: a scheduler signals every process of a
+			// job step (Slurm's scancel --signal, its preemption's
+			// SIGTERM), the agent forwards what it got, and the launcher
+			// stops the ranks too. SIGINT still interrupts the save.
 		case !preempted && !cancelled && s.catch.Load() && (sig == syscall.SIGTERM || sig == syscall.SIGUSR1):
 			preempted = true
 			s.preemptedBy.Store(sig)

@@ -38,7 +38,10 @@ type sbatchJob struct {
 func submit(t *testing.T, c *slurmtest.Cluster, dir, name, script string, extra ...string) *sbatchJob {
 	t.Helper()
 	path := filepath.Join(dir, name+".sh")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+	if !strings.HasPrefix(script, "#!") {
+		script = "#!/bin/sh\n" + script
+	}
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	j := &sbatchJob{out: filepath.Join(dir, name+".out"), done: make(chan struct{})}
@@ -132,6 +135,26 @@ func waitFiles(t *testing.T, j *sbatchJob, limit time.Duration, paths ...string)
 	}
 }
 
+// writeEngineJob writes a job of the built-in engine's test model: steps
+// steps, a checkpoint in ckpt only when stopped.
+func writeEngineJob(t *testing.T, dir, name, ckpt string, steps int) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	job := fmt.Sprintf(`model: {preset: test}
+data: {synthetic: 20000}
+batch: {micro_batch: 2, seq: 32}
+steps: %d
+optim: {warmup_steps: 2}
+checkpoint: {dir: %s, every: 0}
+eval: {every: 0}
+log_every: 1
+`, steps, ckpt)
+	if err := os.WriteFile(path, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestSlurm runs gtrain in sbatch jobs of two nodes on a real Slurm.
 func TestSlurm(t *testing.T) {
 	c := slurmtest.New(t, 2)
@@ -191,18 +214,7 @@ func TestSlurm(t *testing.T) {
 
 	t.Run("preempt and resume", func(t *testing.T) {
 		ckpt := filepath.Join(dir, "ckpt")
-		job := filepath.Join(dir, "job.yaml")
-		if err := os.WriteFile(job, []byte(`model: {preset: test}
-data: {synthetic: 20000}
-batch: {micro_batch: 2, seq: 32}
-steps: 50000
-optim: {warmup_steps: 2}
-checkpoint: {dir: `+ckpt+`, every: 0}
-eval: {every: 0}
-log_every: 1
-`), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		job := writeEngineJob(t, dir, "job.yaml", ckpt, 50000)
 		j := submit(t, c, dir, "train", run+" --job "+job+"\n", "--ntasks-per-node=1")
 		j.waitFor(t, regexp.MustCompile(`(?m)^\[h0:0\] step +1/`), 3*time.Minute)
 		// To the job's steps (the agents and their ranks), as Slurm's
@@ -231,6 +243,36 @@ log_every: 1
 		out := r.output()
 		if !strings.Contains(out, fmt.Sprintf("at step %d", n)) || !strings.Contains(out, fmt.Sprintf("step %d/%d ", n+2, n+2)) {
 			t.Fatalf("the second job did not resume from step %d and finish:\n%s", n, out)
+		}
+	})
+
+	// examples/slurm/train.sbatch as a user submits it: SIGUSR1 to the
+	// job's steps (what --signal=USR1@90 sends before the time limit)
+	// stops it resumable, the script requeues the job, and its second run
+	// resumes from the checkpoint and finishes.
+	t.Run("example requeue", func(t *testing.T) {
+		script, err := os.ReadFile(filepath.Join("..", "..", "examples", "slurm", "train.sbatch"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckpt := filepath.Join(dir, "example-ckpt")
+		// Long enough that the signal comes before the end (steps take
+		// milliseconds), short enough for the resumed run to finish.
+		job := writeEngineJob(t, dir, "example.yaml", ckpt, 3000)
+		j := submit(t, c, dir, "example", string(script), "--export=ALL,GTRAIN="+bin+",GTRAIN_JOB="+job+",GTRAIN_CKPT="+ckpt)
+		j.waitFor(t, regexp.MustCompile(`(?m)^\[h0:0\] step +1/`), 3*time.Minute)
+		if out, err := c.Command(t.Context(), "scancel", "--signal=USR1", j.id).CombinedOutput(); err != nil {
+			t.Fatalf("scancel --signal=USR1: %v: %s", err, out)
+		}
+		if code := j.wait(t, c, 5*time.Minute); code != 0 {
+			state, exit, _ := c.JobState(t.Context(), j.id)
+			t.Fatalf("job exit %d (%s %s), want 0 after the requeued run:\n%s", code, state, exit, j.output())
+		}
+		out := j.output()
+		for _, want := range []string{`preempted at step`, `restart 1 of job ` + j.id, `resumed from`, `step +3000/3000 `} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("the job's output lacks %q:\n%s", want, out)
+			}
 		}
 	})
 }

@@ -118,7 +118,9 @@ func (c *Cluster) writeHosts() error {
 }
 
 // writeConf writes slurm.conf: one partition of every host, root as the
-// Slurm user, no cgroups (proctrack/linuxproc: a step's processes are
+// Slurm user, credentials that expire after 10 s (a requeued job waits
+// that long, instead of 121 s, before it may start again, and the
+// scheduler looks every 2 s, not 60), no cgroups (proctrack/linuxproc: a step's processes are
 // slurmstepd's descendants, so scancel --signal reaches them all, as
 // with proctrack/cgroup), no accounting, and the node's declared CPUs
 // accepted whatever the namespace's hardware (config_overrides).
@@ -142,7 +144,7 @@ func (c *Cluster) writeConf() error {
 	fmt.Fprintf(&b, `ClusterName=gtraintest
 SlurmctldHost=%s(%s)
 AuthType=auth/munge
-AuthInfo=socket=%s
+AuthInfo=socket=%s,cred_expire=10
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=%s
@@ -161,6 +163,7 @@ JobCompType=jobcomp/none
 SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
