@@ -183,6 +183,24 @@ func TestSlurm(t *testing.T) {
 		}
 	})
 
+	t.Run("pytorch ddp", func(t *testing.T) {
+		python := proctest.NeedTorch(t)
+		script, err := filepath.Abs("../../examples/ddp_allreduce.py")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// gloo binds the address of the interface it is told, as on real clusters.
+		j := submit(t, c, dir, "ddp", run+" --env GLOO_SOCKET_IFNAME=eth0 -- "+python+" "+script+"\n", "--ntasks-per-node=2")
+		if code := j.wait(t, c, 4*time.Minute); code != 0 {
+			t.Fatalf("job exit %d:\n%s", code, j.output())
+		}
+		for rank := range 4 {
+			if want := "rank " + strconv.Itoa(rank) + "/4: ok"; !strings.Contains(j.output(), want) {
+				t.Errorf("no %q in the job's output:\n%s", want, j.output())
+			}
+		}
+	})
+
 	t.Run("scancel", func(t *testing.T) {
 		script := run + ` -- sh -c 'echo $$ > pid.$RANK; exec sleep 600'` + "\n"
 		j := submit(t, c, dir, "scancel", script, "--ntasks-per-node=1")

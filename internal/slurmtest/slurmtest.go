@@ -109,7 +109,10 @@ func (c *Cluster) writeHosts() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		c.t.Cleanup(func() { os.RemoveAll(dir) })
+		c.t.Cleanup(func() {
+			os.RemoveAll(dir)
+			os.Remove("/etc/netns") // only if no one else's is left
+		})
 		if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(b.String()), 0o644); err != nil {
 			return err
 		}
