@@ -56,4 +56,13 @@
 // dropped. NumNodes and NumSlots keep the first N hosts and the first N slots
 // of each host. Include and Exclude cannot be combined with each other or with
 // the limits. Every name and slot must exist: nothing is dropped silently.
+//
+// # Slurm
+//
+// [ExpandHostlist] expands a Slurm hostlist as `scontrol show hostnames`
+// does ("node[01-04,07],gpu-[1-2]"), strictly and bounded; [SlurmHosts]
+// reads the hosts of the allocation gtrain runs in from SLURM_JOB_NODELIST
+// and its slots from SLURM_GPUS_ON_NODE or SLURM_TASKS_PER_NODE
+// ([ExpandTasksPerNode]); [ListHosts] is gtrain run --hosts. Their hosts
+// go through [Select] like a hostfile's.
 package hostfiles
