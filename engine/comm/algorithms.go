@@ -11,9 +11,10 @@ import (
 // latency-optimal one, from it on the bandwidth-optimal ring, or direct
 // (algorithms_direct.go: every rank with every other, streamed through the
 // shared-memory rings) when all ranks share one host. A group that spans
-// hosts with equal ranks per host all-reduces hierarchically
-// (algorithms_hier.go). Forcing direct on a group that spans hosts gets
-// the ring.
+// hosts, with more than one rank on some host (equal numbers or not),
+// all-reduces, reduce-scatters and all-gathers hierarchically from the
+// threshold on (algorithms_hier.go). Forcing direct on a group that spans
+// hosts gets the ring.
 //
 //	collective      small (auto)  ring                          rd                          tree                         direct
 //	all_reduce      rd            reduce-scatter + all-gather   recursive doubling          binomial reduce + broadcast  both phases, streamed
@@ -38,7 +39,7 @@ const (
 	algRD
 	algTree
 	algDirect
-	algHier // hierarchical all-reduce (algorithms_hier.go)
+	algHier // hierarchical (algorithms_hier.go)
 )
 
 func (a algorithm) String() string {
@@ -117,6 +118,15 @@ func Block(n, rank, size int) (lo, hi int) {
 	return lo, hi
 }
 
+// blocks is how a collective's buffer is cut into one block per rank:
+// partition (Block's rule) for every public collective, spans for the
+// levels of the hierarchical ones, whose blocks follow the hosts.
+type blocks interface {
+	count(i int) int
+	offset(i int) int
+	block(b Buffer, i int) Buffer
+}
+
 // partition splits n elements into p blocks by Block's rule.
 type partition struct{ n, p int }
 
@@ -133,6 +143,23 @@ func (q partition) offset(i int) int {
 func (q partition) block(b Buffer, i int) Buffer {
 	off := q.offset(i)
 	return b.Slice(off, off+q.count(i))
+}
+
+// spans cuts a buffer into blocks of given sizes: block i is elements
+// [s[i], s[i+1]); blocks may be empty.
+type spans []int
+
+func (s spans) count(i int) int              { return s[i+1] - s[i] }
+func (s spans) offset(i int) int             { return s[i] }
+func (s spans) block(b Buffer, i int) Buffer { return b.Slice(s[i], s[i+1]) }
+
+// spansOf returns the spans of blocks of the given sizes, in order.
+func spansOf(sizes []int) spans {
+	s := make(spans, len(sizes)+1)
+	for i, n := range sizes {
+		s[i+1] = s[i] + n
+	}
+	return s
 }
 
 func mod(a, p int) int { return ((a % p) + p) % p }

@@ -116,20 +116,25 @@ func TestDirectPeerDeath(t *testing.T) {
 }
 
 // TestHierarchical runs the correctness matrix on groups that span two or
-// three "hosts" (shared memory within, TCP between), with a threshold low
-// enough that every all-reduce of 64 bytes or more is hierarchical, and
-// checks which groups got the two levels.
+// three "hosts" (shared memory within, TCP between), equal and unequal,
+// with a threshold low enough that every all-reduce, reduce-scatter and
+// all-gather of 64 bytes or more is hierarchical, and checks which groups
+// got the two levels, and their shape.
 func TestHierarchical(t *testing.T) {
 	cases := []struct {
 		name  string
 		hosts []string
 		hier  bool
+		m     int // channels: the fewest ranks on a host
 	}{
-		{"2x2", []string{"a", "a", "b", "b"}, true},
-		{"3x2", []string{"a", "b", "c", "a", "b", "c"}, true}, // hosts interleaved in rank order
-		{"2x3", []string{"a", "a", "a", "b", "b", "b"}, true},
-		{"uneven", []string{"a", "a", "b"}, false},
-		{"one-per-host", []string{"a", "b", "c"}, false},
+		{"2x2", []string{"a", "a", "b", "b"}, true, 2},
+		{"3x2", []string{"a", "b", "c", "a", "b", "c"}, true, 2}, // hosts interleaved in rank order
+		{"2x3", []string{"a", "a", "a", "b", "b", "b"}, true, 3},
+		{"2+1", []string{"a", "a", "b"}, true, 1},
+		{"2+1+3", []string{"a", "a", "b", "c", "c", "c"}, true, 1},
+		{"3+2 interleaved", []string{"a", "b", "a", "b", "a"}, true, 2},
+		{"2+4 out of order", []string{"b", "a", "b", "a", "b", "b"}, true, 2},
+		{"one-per-host", []string{"a", "b", "c"}, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,20 +142,94 @@ func TestHierarchical(t *testing.T) {
 			runMatrix(t, comms)
 			for r, c := range comms {
 				if got := c.hier != nil && c.hier.local != nil; got != tc.hier {
-					t.Errorf("rank %d: hierarchical %v, want %v", r, got, tc.hier)
+					t.Fatalf("rank %d: hierarchical %v, want %v", r, got, tc.hier)
 				}
 				if tc.hier {
-					if c.hier.local.Size()*c.hier.cross.Size() != len(tc.hosts) {
-						t.Errorf("rank %d: levels of %d and %d ranks", r, c.hier.local.Size(), c.hier.cross.Size())
-					}
-					for i := range c.hier.local.Size() {
-						if w := c.hier.local.WorldRank(i); tc.hosts[w] != tc.hosts[r] {
-							t.Errorf("rank %d: local level has rank %d of host %s", r, w, tc.hosts[w])
-						}
-					}
+					checkLevels(t, c, tc.hosts, tc.m)
 				}
 			}
 		})
+	}
+}
+
+// checkLevels checks rank r's two levels: the local one holds exactly the
+// ranks of r's host, the channel one (for the first m ranks of a host) one
+// rank of each host at r's local index.
+func checkLevels(t *testing.T, c *Communicator, hosts []string, m int) {
+	t.Helper()
+	h, r := c.hier, c.Rank()
+	if h.m != m {
+		t.Errorf("rank %d: %d channels, want %d", r, h.m, m)
+	}
+	var mine []int
+	nhosts := map[string]bool{}
+	for w, name := range hosts {
+		nhosts[name] = true
+		if name == hosts[r] {
+			mine = append(mine, w)
+		}
+	}
+	if h.local.Size() != len(mine) {
+		t.Fatalf("rank %d: local level of %d ranks, want %d", r, h.local.Size(), len(mine))
+	}
+	for i, w := range mine {
+		if got := h.local.WorldRank(i); got != w {
+			t.Errorf("rank %d: local rank %d is rank %d, want %d", r, i, got, w)
+		}
+	}
+	if (h.cross != nil) != (h.local.Rank() < m) {
+		t.Fatalf("rank %d (local %d): channel level %v, want one only for local ranks below %d", r, h.local.Rank(), h.cross != nil, m)
+	}
+	if h.cross == nil {
+		return
+	}
+	if h.cross.Size() != len(nhosts) {
+		t.Errorf("rank %d: channel level of %d ranks, want one per host (%d)", r, h.cross.Size(), len(nhosts))
+	}
+	seen := map[string]bool{}
+	for i := range h.cross.Size() {
+		seen[hosts[h.cross.WorldRank(i)]] = true
+	}
+	if len(seen) != h.cross.Size() {
+		t.Errorf("rank %d: channel level spans hosts %v, want each host once", r, seen)
+	}
+}
+
+// TestHierarchicalLayout checks the packed order of reduce-scatter and
+// all-gather: every rank's block placed once, without overlap, each
+// channel contiguous and each host's part of it too.
+func TestHierarchicalLayout(t *testing.T) {
+	hosts := [][]int{{0, 3, 5}, {1, 2}, {4, 6, 7, 8}} // 3, 2 and 4 ranks: 2 channels
+	for _, n := range []int{0, 5, 9, 1000, 1001} {
+		w := partition{n, 9}
+		for k, rs := range hosts {
+			for i := range rs {
+				h := &hierarchy{hosts: hosts, host: k, index: i, m: 2}
+				l := h.layout(w)
+				covered := make([]int, n)
+				for r, at := range l.at {
+					for e := at; e < at+w.count(r); e++ {
+						covered[e]++
+					}
+				}
+				for e, c := range covered {
+					if c != 1 {
+						t.Fatalf("n %d: element %d of the packed buffer is in %d blocks", n, e, c)
+					}
+				}
+				if l.local.offset(len(rs)) != n || l.local.count(len(rs)-1) != 0 && len(rs) > 2 {
+					t.Errorf("n %d host %d: channels %v do not end the buffer with empty blocks", n, k, l.local)
+				}
+				// This rank's channel, host by host, in the packed order.
+				c := i % 2
+				seg := l.local.offset(c)
+				for kk, rr := range hosts {
+					if len(rr) > c && l.at[rr[c]] != seg+l.cross.offset(kk) {
+						t.Errorf("n %d: channel %d of host %d starts at %d, want %d", n, c, kk, l.at[rr[c]], seg+l.cross.offset(kk))
+					}
+				}
+			}
+		}
 	}
 }
 

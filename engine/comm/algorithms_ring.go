@@ -19,7 +19,7 @@ import "context"
 
 // ringPass is one run of the ring schedule.
 type ringPass struct {
-	part        partition
+	part        blocks
 	dt          DType
 	first, last int // steps, inclusive
 	op          Op
@@ -37,11 +37,11 @@ func (rp *ringPass) src(s, b int) Buffer {
 	return rp.dst(s-1, b)
 }
 
-// chunks counts the chunks received in steps [from, to].
-func (rp *ringPass) chunks(r, from, to, n int) int {
+// chunks counts the chunks rank r of p receives in steps [from, to].
+func (rp *ringPass) chunks(r, p, from, to, n int) int {
 	total := 0
 	for s := from; s <= to; s++ {
-		total += (rp.part.count(mod(r-s-2, rp.part.p)) + n - 1) / n
+		total += (rp.part.count(mod(r-s-2, p)) + n - 1) / n
 	}
 	return total
 }
@@ -50,7 +50,7 @@ func (rp *ringPass) chunks(r, from, to, n int) int {
 func (o *opState) ring(rp *ringPass) error {
 	p, r := o.c.size, o.c.rank
 	n := o.chunkLen(rp.dt)
-	ready := make(chan struct{}, rp.chunks(r, rp.first, rp.last-1, n))
+	ready := make(chan struct{}, rp.chunks(r, p, rp.first, rp.last-1, n))
 	return par(o.ctx,
 		func(ctx context.Context) error { return o.ringRecv(ctx, rp, mod(r-1, p), ready) },
 		func(ctx context.Context) error { return o.ringSend(ctx, rp, mod(r+1, p), ready) })
@@ -130,12 +130,11 @@ func (o *opState) ringAllReduce(buf Buffer, op Op) error {
 	})
 }
 
-// ringReduceScatter leaves block r of the reduction of in in out (which
-// may be in's block r). Partial sums of the other blocks go to work, which
-// may be in itself only when in may be overwritten.
-func (o *opState) ringReduceScatter(in, out, work Buffer, op Op) error {
+// ringReduceScatter leaves block r (of q) of the reduction of in in out
+// (which may be in's block r). Partial sums of the other blocks go to work,
+// which may be in itself only when in may be overwritten.
+func (o *opState) ringReduceScatter(q blocks, in, out, work Buffer, op Op) error {
 	p, r := o.c.size, o.c.rank
-	q := partition{in.Len(), p}
 	return o.ring(&ringPass{
 		part: q, dt: in.dt, first: 0, last: p - 2, op: op, avg: op == Avg,
 		local: func(b int) Buffer { return q.block(in, b) },
@@ -148,11 +147,10 @@ func (o *opState) ringReduceScatter(in, out, work Buffer, op Op) error {
 	})
 }
 
-// ringAllGather fills out with every rank's block; block r must already be
-// in place.
-func (o *opState) ringAllGather(out Buffer) error {
+// ringAllGather fills out with every rank's block (of q); block r must
+// already be in place.
+func (o *opState) ringAllGather(q blocks, out Buffer) error {
 	p := o.c.size
-	q := partition{out.Len(), p}
 	at := func(b int) Buffer { return q.block(out, b) }
 	return o.ring(&ringPass{
 		part: q, dt: out.dt, first: p - 1, last: 2*p - 3,
@@ -169,7 +167,7 @@ func (o *opState) ringReduce(root int, in, out Buffer, op Op) error {
 	if r != root {
 		work = o.scratch(slotWork, in.dt, in.Len())
 	}
-	if err := o.ringReduceScatter(in, q.block(work, r), work, op); err != nil {
+	if err := o.ringReduceScatter(q, in, q.block(work, r), work, op); err != nil {
 		return err
 	}
 	if r != root {

@@ -178,12 +178,9 @@ func (c *Communicator) execute(ctx context.Context, cl call, verr error, body fu
 func (c *Communicator) allReduce(ctx context.Context, buf Buffer, op Op) error {
 	cl := call{kind: kAllReduce, dt: buf.dt, op: op, count: buf.Len(), nbytes: len(buf.b)}
 	verr := checkOp(op, buf)
-	var h *hierarchy
-	if verr == nil && c.usable() == nil {
-		var err error
-		if h, err = c.hierarchical(ctx, len(buf.b)); err != nil {
-			return err
-		}
+	h, err := c.hierarchicalFor(ctx, partition{}, verr, len(buf.b))
+	if err != nil {
+		return err
 	}
 	if h != nil {
 		cl.alg = algHier
@@ -204,19 +201,34 @@ func (c *Communicator) allReduce(ctx context.Context, buf Buffer, op Op) error {
 }
 
 func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, op Op) error {
-	q := partition{send.Len(), c.size}
+	return c.reduceScatterIn(ctx, partition{send.Len(), c.size}, send, recv, op)
+}
+
+// reduceScatterIn is ReduceScatter with the blocks of q: Block's rule for
+// the public call (which alone may go hierarchical), the hosts' for the
+// levels of a hierarchical collective.
+func (c *Communicator) reduceScatterIn(ctx context.Context, q blocks, send, recv Buffer, op Op) error {
 	cl := call{kind: kReduceScatter, dt: send.dt, op: op, count: send.Len(), nbytes: len(send.b)}
 	verr := errors.Join(checkOp(op, send), checkSame(send, recv),
 		checkLen("recv", recv, q.count(c.rank)), checkBlock(send, recv, q.block(send, c.rank)))
+	h, err := c.hierarchicalFor(ctx, q, verr, len(send.b))
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		cl.alg = algHier
+	}
 	return c.collective(ctx, cl, verr, func(o *opState) error {
 		switch {
 		case c.size == 1:
 			copyInto(recv, send)
 			return nil
+		case h != nil:
+			return o.hierReduceScatter(h, send, recv, op)
 		case o.alg == algRing:
-			return o.ringReduceScatter(send, recv, o.scratch(slotWork, send.dt, send.Len()), op)
+			return o.ringReduceScatter(q, send, recv, o.scratch(slotWork, send.dt, send.Len()), op)
 		case o.alg == algDirect:
-			return o.progressReduceScatter(c.shm, send, recv, op)
+			return o.progressReduceScatter(c.shm, q, send, recv, op)
 		}
 		work := o.scratch(slotCopy, send.dt, send.Len())
 		copy(work.b, send.b)
@@ -229,20 +241,34 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, op 
 }
 
 func (c *Communicator) allGather(ctx context.Context, kind opKind, send, recv Buffer) error {
-	q := partition{recv.Len(), c.size}
+	return c.allGatherIn(ctx, kind, partition{recv.Len(), c.size}, send, recv)
+}
+
+// allGatherIn is AllGather with the blocks of q (see reduceScatterIn).
+func (c *Communicator) allGatherIn(ctx context.Context, kind opKind, q blocks, send, recv Buffer) error {
 	mine := q.block(recv, c.rank)
 	cl := call{kind: kind, dt: recv.dt, count: recv.Len(), nbytes: len(recv.b)}
 	verr := errors.Join(checkDType(recv), checkSame(recv, send),
 		checkLen("send", send, q.count(c.rank)), checkBlock(recv, send, mine))
+	h, err := c.hierarchicalFor(ctx, q, verr, len(recv.b))
+	if err != nil {
+		return err
+	}
+	if h != nil {
+		cl.alg = algHier
+	}
 	return c.collective(ctx, cl, verr, func(o *opState) error {
+		if h != nil {
+			return o.hierAllGather(h, send, recv)
+		}
 		copyInto(mine, send)
 		switch {
 		case c.size == 1:
 			return nil
 		case o.alg == algRing:
-			return o.ringAllGather(recv)
+			return o.ringAllGather(q, recv)
 		case o.alg == algDirect:
-			return o.progressAllGather(c.shm, send, recv)
+			return o.progressAllGather(c.shm, q, send, recv)
 		}
 		off := q.offset(c.rank) * recv.dt.Size()
 		clear(recv.b[:off])

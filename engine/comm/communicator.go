@@ -62,7 +62,7 @@ type Communicator struct {
 	world      []int  // group rank → world rank; nil in a world communicator
 	conns      []Conn
 	shm        []*shmConn // the links, when every one is shared memory (all ranks on this host); else nil
-	hier       *hierarchy // set up by the first large all-reduce; owned by the executing operation
+	hier       *hierarchy // set up by the first large all-reduce, reduce-scatter or all-gather; owned by the executing operation
 	flight     flightRecorder
 
 	mu          sync.Mutex

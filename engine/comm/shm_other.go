@@ -23,10 +23,10 @@ func (o *opState) progressAllReduce([]*shmConn, Buffer, Op) error {
 	panic("comm: streaming without shared-memory links")
 }
 
-func (o *opState) progressReduceScatter([]*shmConn, Buffer, Buffer, Op) error {
+func (o *opState) progressReduceScatter([]*shmConn, blocks, Buffer, Buffer, Op) error {
 	panic("comm: streaming without shared-memory links")
 }
 
-func (o *opState) progressAllGather([]*shmConn, Buffer, Buffer) error {
+func (o *opState) progressAllGather([]*shmConn, blocks, Buffer, Buffer) error {
 	panic("comm: streaming without shared-memory links")
 }

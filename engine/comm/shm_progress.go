@@ -129,7 +129,7 @@ func shmLinks(conns []Conn) []*shmConn {
 // is finished), and copies each peer's into place as it comes.
 type stream struct {
 	dt      DType
-	q       partition          // the blocks
+	q       blocks             // the blocks
 	contrib func(j int) Buffer // this rank's contribution to block j; nil: no in phase
 	acc     Buffer             // block r, holding this rank's own contribution, reduced in place
 	op      Op
@@ -146,18 +146,16 @@ func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
 	return o.progress(links, stream{dt: buf.dt, q: q, contrib: at, acc: mine, op: op, fin: mine, dst: at})
 }
 
-// progressReduceScatter leaves block r of the reduction of in in out (which
-// may be in's block r): the in phase only.
-func (o *opState) progressReduceScatter(links []*shmConn, in, out Buffer, op Op) error {
-	q := partition{in.Len(), o.c.size}
+// progressReduceScatter leaves block r (of q) of the reduction of in in out
+// (which may be in's block r): the in phase only.
+func (o *opState) progressReduceScatter(links []*shmConn, q blocks, in, out Buffer, op Op) error {
 	copyInto(out, q.block(in, o.c.rank))
 	return o.progress(links, stream{dt: in.dt, q: q, contrib: func(j int) Buffer { return q.block(in, j) }, acc: out, op: op})
 }
 
-// progressAllGather fills out with every rank's block from send (which may
-// be out's block r, already in place): the out phase only.
-func (o *opState) progressAllGather(links []*shmConn, send, out Buffer) error {
-	q := partition{out.Len(), o.c.size}
+// progressAllGather fills out with every rank's block (of q) from send
+// (which may be out's block r, already in place): the out phase only.
+func (o *opState) progressAllGather(links []*shmConn, q blocks, send, out Buffer) error {
 	return o.progress(links, stream{dt: out.dt, q: q, fin: send, dst: func(j int) Buffer { return q.block(out, j) }})
 }
 
