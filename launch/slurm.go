@@ -56,9 +56,14 @@ func (r *Request) MultiHost() bool {
 
 // clusterNodes returns the nodes of --hosts or of the Slurm allocation
 // (see hostfiles.SlurmHosts for the slots of each), with the hostfile
-// filters applied; ok is false when the job uses neither. nproc above 1 is
+// filters applied; ok is false when the job uses neither. It also refuses
+// a --launcher that is none of auto, ssh and srun. nproc above 1 is
 // --nproc-per-node given: the ranks of each node.
 func (r *Request) clusterNodes(nproc int) (nodes []hostfiles.Node, ok bool, err error) {
+	// Checked here, where a dry run sees it too, not only when agents start.
+	if _, err := ParseLauncher(r.Launcher); err != nil {
+		return nil, true, usage.Errorf("run: --launcher: %w", err)
+	}
 	var hosts []hostfiles.Host
 	switch {
 	case r.Hosts != "" && r.Hostfile != "":
