@@ -152,20 +152,21 @@ func TestHierarchical(t *testing.T) {
 	}
 }
 
-// checkLevels checks rank r's two levels: the local one holds exactly the
-// ranks of r's host, the channel one (for the first m ranks of a host) one
-// rank of each host at r's local index.
+// checkLevels checks the levels of c: the local one holds exactly the
+// ranks of c's host, the channel one (for the first m ranks of a host) one
+// rank of each host. hosts names the host of each world rank.
 func checkLevels(t *testing.T, c *Communicator, hosts []string, m int) {
 	t.Helper()
-	h, r := c.hier, c.Rank()
+	h, r := c.hier, c.WorldRank(c.Rank())
 	if h.m != m {
 		t.Errorf("rank %d: %d channels, want %d", r, h.m, m)
 	}
-	var mine []int
+	var mine []int // world ranks of the group on c's host
 	nhosts := map[string]bool{}
-	for w, name := range hosts {
-		nhosts[name] = true
-		if name == hosts[r] {
+	for g := range c.Size() {
+		w := c.WorldRank(g)
+		nhosts[hosts[w]] = true
+		if hosts[w] == hosts[r] {
 			mine = append(mine, w)
 		}
 	}
@@ -192,6 +193,36 @@ func checkLevels(t *testing.T, c *Communicator, hosts []string, m int) {
 	}
 	if len(seen) != h.cross.Size() {
 		t.Errorf("rank %d: channel level spans hosts %v, want each host once", r, seen)
+	}
+}
+
+// TestHierarchicalSubGroup: a group Split off a world that spans hosts
+// (ZeRO's data-parallel group, say) takes the hierarchical path when its
+// own ranks span hosts with several on one, here 2 and 1 of the 3 ranks
+// each of 2 hosts.
+func TestHierarchicalSubGroup(t *testing.T) {
+	hosts := []string{"a", "a", "a", "b", "b", "b"}
+	world := shmWorld(t, hosts, Options{RingThreshold: 64, ChunkBytes: 1024, Timeout: 20 * time.Second})
+	subs := make([]*Communicator, len(world))
+	commtest.Must(t, len(world), nil, func(r int) error {
+		var err error
+		subs[r], err = world[r].Split(t.Context(), min(r%3, 1), r) // {0, 3} and {1, 2, 4, 5}
+		return err
+	})
+	t.Cleanup(func() {
+		for _, c := range subs {
+			c.Close()
+		}
+	})
+	group := []*Communicator{subs[1], subs[2], subs[4], subs[5]}
+	for _, mc := range matrixCases[:3] { // all-reduce, reduce-scatter, all-gather
+		mc.run(t, group, caseArgs{dt: Float32, n: 4099, op: Avg, salt: 7})
+	}
+	for _, c := range group {
+		if c.hier == nil || c.hier.local == nil {
+			t.Fatalf("%s rank %d: not hierarchical", c.Name(), c.Rank())
+		}
+		checkLevels(t, c, hosts, 2)
 	}
 }
 
