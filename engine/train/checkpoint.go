@@ -252,7 +252,11 @@ func (t *Trainer) loadTensors(c *ckpt.Checkpoint) error {
 	if t.grid != nil {
 		return t.grid.load(c)
 	}
-	return t.zero.Load(c)
+	err := t.zero.Load(c)
+	if n := t.zero.CompressionNote(); err == nil && n != "" {
+		t.logf("%s", n)
+	}
+	return err
 }
 
 // adam is the rank's AdamW state.

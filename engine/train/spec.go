@@ -124,7 +124,22 @@ type Parallel struct {
 	// precision's (default; half the bytes of fp32 under bf16 or fp16) or
 	// fp32.
 	GradDType string `json:"grad_dtype,omitempty" mapstructure:"grad_dtype"`
+	// GradCompression compresses the data-parallel gradient all-reduce
+	// (tp = pp = 1, ZeRO 0–1), with error feedback: none (default),
+	// powersgd:RANK (PyTorch's powerSGD_hook) or int8 (blockwise, 256
+	// values per scale). See engine/zero's compress.go.
+	GradCompression string `json:"grad_compression,omitempty" mapstructure:"grad_compression"`
+	// PowerSGDStartStep is PyTorch's start_powerSGD_iter: the optimizer
+	// steps all-reduced whole before PowerSGD starts. Unset:
+	// DefaultPowerSGDStartStep.
+	PowerSGDStartStep *int `json:"powersgd_start_step,omitempty" mapstructure:"powersgd_start_step"`
 }
+
+// DefaultPowerSGDStartStep is parallel.powersgd_start_step when unset:
+// PyTorch's 1000 is meant for runs of many thousand steps; the first
+// steps, while Adam's moments and the loss move fastest, are the ones
+// compression hurts most.
+const DefaultPowerSGDStartStep = 10
 
 // DefaultSpec is the embedded default job: a tiny GPT on the synthetic
 // corpus, whose loss falls clearly within a minute on two cores.
@@ -232,6 +247,9 @@ func (s Spec) Validate() error {
 	case p.BucketMB < 0 || p.FirstBucketMB < 0:
 		return fmt.Errorf("job: parallel.bucket_mb %g, parallel.first_bucket_mb %g: must not be negative", p.BucketMB, p.FirstBucketMB)
 	}
+	if err := s.validateCompression(); err != nil {
+		return err
+	}
 	if err := s.validateGrid(c); err != nil {
 		return err
 	}
@@ -317,6 +335,9 @@ func (s Spec) ZeroConfig() (zero.Config, error) {
 		FirstBucket: elems(s.Parallel.FirstBucketMB, 1), Bucket: elems(s.Parallel.BucketMB, 25),
 		Scaler: s.LossScale, Optim: s.Optim,
 	}
+	if c.Compress, err = s.compression(); err != nil {
+		return c, err
+	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("job: %w", err)
 	}
@@ -349,8 +370,42 @@ func (s Spec) Resolved() (Spec, error) {
 	// tells fp16, which needs loss scaling, by its name.
 	p, _ := comm.ParseDType(s.Precision)
 	s.Precision = precisionNames[p]
+	if c, _ := s.compression(); c.Kind == zero.CompressPowerSGD && s.Parallel.PowerSGDStartStep == nil {
+		s.Parallel.PowerSGDStartStep = &c.StartStep
+	}
 	return s, nil
 }
 
 // precisionNames are the spellings of the precisions in a resolved spec.
 var precisionNames = map[comm.DType]string{comm.Float32: "fp32", comm.BFloat16: "bf16", comm.Float16: "fp16"}
+
+// compression is parallel.grad_compression and powersgd_start_step.
+func (s Spec) compression() (zero.Compression, error) {
+	p := s.Parallel
+	c, err := zero.ParseCompression(p.GradCompression)
+	if err != nil {
+		return c, fmt.Errorf("job: parallel.grad_compression: %w", err)
+	}
+	c.StartStep = DefaultPowerSGDStartStep
+	if p.PowerSGDStartStep != nil {
+		c.StartStep = *p.PowerSGDStartStep
+	}
+	if c.StartStep < 0 || c.StartStep > MaxSteps {
+		return c, fmt.Errorf("job: parallel.powersgd_start_step %d: must be 0 to %d", c.StartStep, MaxSteps)
+	}
+	return c, nil
+}
+
+// validateCompression refuses gradient compression where it does not
+// apply: the tp·pp > 1 path averages over its data-parallel group inside
+// zero.DistOptimizer, which does not compress.
+func (s Spec) validateCompression() error {
+	c, err := s.compression()
+	if err != nil || c.Kind == zero.CompressNone {
+		return err
+	}
+	if p := s.Parallel; max(p.TP, 1)*max(p.PP, 1) > 1 {
+		return fmt.Errorf("job: parallel.grad_compression %s with tp %d × pp %d: compression applies to the data-parallel path only (tp = pp = 1); set grad_compression none, or tp and pp to 1", c, max(p.TP, 1), max(p.PP, 1))
+	}
+	return nil
+}

@@ -35,7 +35,9 @@ func (e *Engine) saved() []savedState {
 // master weights (under the parameters' own names) and of the Adam moments,
 // as shards of the full tensors. Stage 0 ranks all hold everything; each
 // writes the part it would own at stage 1, so every stage's checkpoint
-// holds each value once. The tensors' Data alias the engine's state.
+// holds each value once. With gradient compression it adds the rank's
+// compression state (compress_ckpt.go). The tensors' Data alias the
+// engine's state.
 func (e *Engine) Shard() []ckpt.Tensor {
 	pieces := e.pieces
 	if e.cfg.Stage == 0 && e.Ranks() > 1 {
@@ -51,13 +53,15 @@ func (e *Engine) Shard() []ckpt.Tensor {
 				Offset: pc.lo - pc.param.Offset, Data: src.data(pc)})
 		}
 	}
-	return ts
+	return append(ts, e.cz.shard()...)
 }
 
 // Load fills this rank's part of the master weights and moments from c,
 // whatever layout wrote it (any DP size, any stage: the tensors are
 // assembled from their shards and sliced), then rebuilds the working
-// parameters. Every rank must call it: stages 1–2 all-gather.
+// parameters; the gradient compression state is restored where the
+// checkpoint holds it for this layout (see CompressionNote). Every rank
+// must call it: stages 1–2 all-gather.
 func (e *Engine) Load(c *ckpt.Checkpoint) error {
 	for i := 0; i < len(e.pieces); {
 		p := e.pieces[i].param
@@ -79,6 +83,9 @@ func (e *Engine) Load(c *ckpt.Checkpoint) error {
 			}
 		}
 		i = j
+	}
+	if err := e.cz.load(c); err != nil {
+		return err
 	}
 	return e.publish()
 }

@@ -38,6 +38,8 @@ type Config struct {
 	FirstBucket, Bucket int
 	Scaler              ScalerConfig // fp16 only
 	Optim               optim.Config
+	// Compress is how the gradients of stages 0–1 travel (compress.go).
+	Compress Compression
 }
 
 // Validate reports the first setting out of range.
@@ -49,6 +51,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("zero: parameter and gradient types must be set")
 	case c.Grads != comm.Float32 && c.Grads != c.Params:
 		return fmt.Errorf("zero: gradients in %s with parameters in %s: gradients are kept in fp32 or in the parameters' type", c.Grads, c.Params)
+	}
+	if err := c.Compress.validate(c.Stage); err != nil {
+		return err
 	}
 	return c.Scaler.validate()
 }
@@ -84,7 +89,8 @@ type Engine struct {
 	micro    int                 // micro-batch index within the step
 	micros   int                 // micro-batches per step
 	scaler   scaler
-	err      error // the first collective that failed
+	cz       *compressor // gradient compression, nil when none
+	err      error       // the first collective that failed
 }
 
 type liveUnit struct {
@@ -131,6 +137,7 @@ func New(cfg Config, mcfg model.Config, c *comm.Communicator, flat []float32) (*
 	e.scaler = newScaler(cfg.Scaler, cfg.Params == comm.Float16)
 	e.allocate(len(flat))
 	e.setParams(flat)
+	e.cz = newCompressor(cfg.Compress, c, e.part.Segments, e.params, len(flat))
 	return e, nil
 }
 

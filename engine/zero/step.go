@@ -104,6 +104,9 @@ func (e *Engine) overflow(res StepResult) StepResult {
 		res.Skipped = true
 		e.scaler.update(true)
 	}
+	if e.cz != nil {
+		e.cz.reset()
+	}
 	e.clearGrads()
 	return res
 }

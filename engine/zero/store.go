@@ -165,7 +165,7 @@ func (e *Engine) GradsDone(u int) {
 func (e *Engine) reduce(i int) {
 	s := e.part.Segments[i]
 	if e.cfg.Stage < 2 {
-		if e.comm != nil && e.micro == e.micros-1 {
+		if e.comm != nil && e.micro == e.micros-1 && !e.compress(i) {
 			e.start(e.comm.AllReduceAsync(e.ctx, e.grads.Slice(s.Offset, s.Offset+s.Size), comm.Avg), nil)
 		}
 		return
@@ -221,5 +221,10 @@ func (e *Engine) wait(h *comm.Handle) {
 func (e *Engine) drain() {
 	for len(e.inflight) > 0 {
 		e.finishOldest()
+	}
+	if e.cz != nil {
+		if err := e.cz.wait(); err != nil && e.err == nil {
+			e.err = fmt.Errorf("zero: %w", err)
+		}
 	}
 }
