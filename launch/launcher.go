@@ -78,7 +78,7 @@ func Run(ctx context.Context, p *Job, rt Runtime) error {
 			m.record(rt.View, attempt, blamed)
 		}
 		wait := rt.restartWait(attempt)
-		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait.Round(time.Millisecond), attempt+1, p.MaxRestarts))
+		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait.Round(10*time.Millisecond), attempt+1, p.MaxRestarts))
 		if err := sleepCtx(ctx, wait); err != nil {
 			err = jobStopped(err)
 			notice(rt.View, err.Error())
