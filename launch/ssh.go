@@ -48,6 +48,8 @@ type SSH struct {
 	selfPath string
 	selfHash string
 	selfErr  error
+
+	slots dialSlots // dials in flight (fanout.go)
 }
 
 func (s *SSH) warn(msg string) {
@@ -83,6 +85,11 @@ func hostPort(h Host) int {
 
 // dial connects and authenticates, through a ProxyJump host if configured.
 func (s *SSH) dial(ctx context.Context, t sshTarget) (*ssh.Client, error) {
+	ctx, release, err := s.dialSlot(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	timeout := s.Config.ConnectTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -90,7 +97,6 @@ func (s *SSH) dial(ctx context.Context, t sshTarget) (*ssh.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var raw net.Conn
-	var err error
 	if t.ProxyJump != "" {
 		raw, err = s.dialJump(ctx, t)
 	} else {
