@@ -125,3 +125,11 @@ bench-plan:
 # (3 interleaved runs of each, medians), and the snapshot's memory.
 bench-ckpt-async:
 	bash docs/bench/ckpt_async.sh 3
+
+# SSH fan-out: start-up and teardown against 1..128 network-namespace hosts
+# (one sshd each), 3 interleaved runs per count, medians (root; deps'
+# openssh-server and iproute2). FANOUT_HOSTS=1,4,16,32 picks the counts.
+FANOUT_HOSTS ?= 1,4,16,32,64,128
+.PHONY: bench-fanout
+bench-fanout: deps
+	bash docs/bench/fanout.sh 3 $(FANOUT_HOSTS)
