@@ -67,12 +67,11 @@ func (t *Trainer) probeShared() error {
 		return fmt.Errorf("train: check checkpoint.dir %s is shared: %w", dir, errors.Join(werr, err))
 	}
 	var verdict error
-	if env.Rank == 0 {
+	if failed := unwritten(all); env.Rank == 0 && len(failed) > 0 {
+		verdict = fmt.Errorf("train: checkpoint.dir %s: %s could not write a probe file there (see its error); give a checkpoint.dir that every host mounts and can write",
+			dir, onHosts(all, failed))
+	} else if env.Rank == 0 {
 		verdict = checkProbes(t.ctx(), dir, all)
-		if failed := unwritten(all); len(failed) > 0 {
-			verdict = fmt.Errorf("train: checkpoint.dir %s: %s could not write a probe file there (see its error); give a checkpoint.dir that every host mounts and can write",
-				dir, onHosts(all, failed))
-		}
 	}
 	err = t.agree(verdict, "found checkpoint.dir "+dir+" is not shared by every host")
 	if werr != nil {
