@@ -202,7 +202,8 @@ func TestSlurm(t *testing.T) {
 	})
 
 	t.Run("scancel", func(t *testing.T) {
-		script := run + ` -- sh -c 'echo $$ > pid.$RANK; exec sleep 600'` + "\n"
+		// Renamed into place: the test reads a file only once it is whole.
+		script := run + ` -- sh -c 'echo $$ > pid.$RANK.tmp && mv pid.$RANK.tmp pid.$RANK && exec sleep 600'` + "\n"
 		j := submit(t, c, dir, "scancel", script, "--ntasks-per-node=1")
 		pids := []string{filepath.Join(dir, "pid.0"), filepath.Join(dir, "pid.1")}
 		waitFiles(t, j, 2*time.Minute, pids...)
@@ -225,7 +226,14 @@ func TestSlurm(t *testing.T) {
 				t.Errorf("rank process %d survived scancel", pid)
 			}
 		}
-		if state, _, err := c.JobState(t.Context(), j.id); err != nil || state != "CANCELLED" {
+		// sbatch --wait may return while Slurm still shows the job
+		// COMPLETING: poll for its final state.
+		state, _, err := c.JobState(t.Context(), j.id)
+		for deadline := time.Now().Add(time.Minute); err == nil && state == "COMPLETING" && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			state, _, err = c.JobState(t.Context(), j.id)
+		}
+		if err != nil || state != "CANCELLED" {
 			t.Errorf("job state %q (%v), want CANCELLED", state, err)
 		}
 	})
@@ -276,7 +284,7 @@ func TestSlurm(t *testing.T) {
 		ckpt := filepath.Join(dir, "example-ckpt")
 		// Long enough that the signal comes before the end (steps take
 		// milliseconds), short enough for the resumed run to finish.
-		job := writeEngineJob(t, dir, "example.yaml", ckpt, 3000)
+		job := writeEngineJob(t, dir, "example.yaml", ckpt, 6000)
 		j := submit(t, c, dir, "example", string(script), "--export=ALL,GTRAIN="+bin+",GTRAIN_JOB="+job+",GTRAIN_CKPT="+ckpt)
 		j.waitFor(t, regexp.MustCompile(`(?m)^\[h0:0\] step +1/`), 3*time.Minute)
 		if out, err := c.Command(t.Context(), "scancel", "--signal=USR1", j.id).CombinedOutput(); err != nil {
@@ -287,7 +295,7 @@ func TestSlurm(t *testing.T) {
 			t.Fatalf("job exit %d (%s %s), want 0 after the requeued run:\n%s", code, state, exit, j.output())
 		}
 		out := j.output()
-		for _, want := range []string{`preempted at step`, `restart 1 of job ` + j.id, `resumed from`, `step +3000/3000 `} {
+		for _, want := range []string{`preempted at step`, `restart 1 of job ` + j.id, `resumed from`, `step +6000/6000 `} {
 			if !regexp.MustCompile(want).MatchString(out) {
 				t.Errorf("the job's output lacks %q:\n%s", want, out)
 			}
