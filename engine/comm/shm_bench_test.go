@@ -6,6 +6,8 @@ import (
 	"context"
 	"strconv"
 	"testing"
+
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 )
 
 // Benchmarks between two goroutines of one process acting as two ranks
@@ -110,4 +112,46 @@ func tpBenchBandwidth(b *testing.B, mk func(int) (Transport, error), size int) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkSHMAllReduce runs the direct all-reduce of 2 goroutine ranks
+// over real shared-memory links, at the sizes around the core's 1 MiB L2
+// and with rings of 256 KiB and the default 1 MiB (a chunk is a quarter
+// ring at most).
+func BenchmarkSHMAllReduce(b *testing.B) {
+	for _, size := range []int{512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20} {
+		for _, ring := range []int{256 << 10, DefaultSHMRingBytes} {
+			b.Run(tpSizeName(size)+"/ring"+tpSizeName(ring), func(b *testing.B) {
+				benchAllReduce(b, shmBenchWorld(b, 2, ring, 0), size)
+			})
+		}
+	}
+}
+
+// shmBenchWorld connects p goroutine ranks on one host through shared
+// memory with the given ring and chunk sizes (0: the defaults).
+func shmBenchWorld(b testing.TB, p, ring, chunk int) []*Communicator {
+	store := NewMemStore()
+	comms := make([]*Communicator, p)
+	trs := make([]Transport, p)
+	commtest.Must(b, p, nil, func(r int) error {
+		var err error
+		trs[r], err = Connect(b.Context(), BootstrapConfig{
+			Rank: r, Size: p, Store: store, Secret: tpSecret, Prefix: "job/0",
+			TCP: TCPConfig{Bind: "127.0.0.1:0", Advertise: "127.0.0.1"},
+			SHM: SHMConfig{RingBytes: ring},
+		})
+		if err != nil {
+			return err
+		}
+		comms[r], err = New(context.Background(), r, p, trs[r], Options{ChunkBytes: chunk})
+		return err
+	})
+	b.Cleanup(func() {
+		for r := range p {
+			comms[r].Close()
+			trs[r].Close()
+		}
+	})
+	return comms
 }
