@@ -3,17 +3,20 @@
 package fanoutbench
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,28 +43,43 @@ func TestFanout(t *testing.T) {
 	netns.Require(t)
 	counts := hostCounts(t)
 	runs := envInt(t, "FANOUT_RUNS", defaultRuns, 1, maxRuns)
+	// SIGINT or SIGTERM (a user giving up on a long run) fails the run in
+	// progress instead of killing the process, so that the cleanups remove
+	// the namespaces, their sshds and the cached binary.
+	ctx, stop := signal.NotifyContext(t.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	bin := buildGtrain(t)
 	var rows []row
 	for _, n := range counts {
-		t.Run("hosts="+strconv.Itoa(n), func(t *testing.T) {
-			rows = append(rows, measureHosts(t, bin, n, runs))
+		if ctx.Err() != nil {
+			t.Fatalf("fanoutbench: interrupted before %d hosts", n)
+		}
+		ok := t.Run("hosts="+strconv.Itoa(n), func(t *testing.T) {
+			rows = append(rows, measureHosts(ctx, t, bin, n, runs))
 		})
+		if ok {
+			// Every count's table as soon as it is done: a long run
+			// stopped later still leaves its numbers.
+			fmt.Print(table(rows, runs))
+		}
 	}
-	fmt.Print(table(rows, runs))
 }
 
 // measureHosts makes a cluster of n hosts and measures every kind of run
 // on it runs times; the cluster is removed when the subtest ends, also
 // when it fails.
-func measureHosts(t *testing.T, bin *gtrainBin, n, runs int) row {
+func measureHosts(ctx context.Context, t *testing.T, bin *gtrainBin, n, runs int) row {
 	c := netns.New(t, n)
 	hs := handshakes(t, c)
 	r := row{hosts: n, hs: hs}
 	for i := range runs {
-		r.cold = append(r.cold, launch(t, bin, c, kindCold))
-		r.warm = append(r.warm, launch(t, bin, c, kindWarm))
-		r.remote = append(r.remote, launch(t, bin, c, kindRemote))
-		r.sleep = append(r.sleep, launch(t, bin, c, kindSleep))
+		if ctx.Err() != nil {
+			t.Fatalf("fanoutbench: interrupted at %d hosts, run %d", n, i+1)
+		}
+		r.cold = append(r.cold, launch(ctx, t, bin, c, kindCold))
+		r.warm = append(r.warm, launch(ctx, t, bin, c, kindWarm))
+		r.remote = append(r.remote, launch(ctx, t, bin, c, kindRemote))
+		r.sleep = append(r.sleep, launch(ctx, t, bin, c, kindSleep))
 		t.Logf("hosts=%d run %d: cold %v, warm %v, remote %v to all ranks started; teardown %v",
 			n, i+1, ms(r.cold[i].started), ms(r.warm[i].started), ms(r.remote[i].started), ms(r.sleep[i].teardown))
 	}
@@ -154,60 +172,51 @@ type row struct {
 	cold, warm, remote, sleep []sample
 }
 
-// table formats the medians of every row as markdown.
+// table formats the medians of every row as markdown: wall times, then
+// what the launcher spent.
 func table(rows []row, runs int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nMedians of %d runs, milliseconds from the launcher's start; one rank per host.\n\n", runs)
-	b.WriteString("| hosts | cold: started | warm: joined | warm: started | warm: exited | remote: started | agents up (last) | teardown | launcher CPU (warm) | launcher RSS | launcher fds | handshake: all | handshake CPU/host |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "\nMedians of %d runs, milliseconds since the launcher started; one rank per host.\n\n", runs)
+	b.WriteString("| hosts | cold: ranks started | warm: joined | warm: ranks started | warm: exited | remote: ranks started | last agent up | teardown | teardown: last rank exited |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.hosts,
-			med(r.cold, func(s sample) time.Duration { return s.started }),
-			med(r.warm, func(s sample) time.Duration { return s.joined }),
-			med(r.warm, func(s sample) time.Duration { return s.started }),
-			med(r.warm, func(s sample) time.Duration { return s.exited }),
-			med(r.remote, func(s sample) time.Duration { return s.started }),
-			med(r.sleep, func(s sample) time.Duration { return s.agentsUp }),
-			med(r.sleep, func(s sample) time.Duration { return s.teardown }),
-			med(r.warm, func(s sample) time.Duration { return s.cpu }),
-			medInt(r.sleep, func(s sample) int64 { return s.rssKiB }, "MiB", 1024),
-			medInt(r.sleep, func(s sample) int64 { return int64(s.fds) }, "", 1),
-			ms(r.hs.wall), fmt.Sprintf("%.2f", float64(r.hs.cpu.Microseconds())/1000/float64(r.hosts)))
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.hosts,
+			med(r.cold, func(s sample) int64 { return s.started.Milliseconds() }),
+			med(r.warm, func(s sample) int64 { return s.joined.Milliseconds() }),
+			med(r.warm, func(s sample) int64 { return s.started.Milliseconds() }),
+			med(r.warm, func(s sample) int64 { return s.exited.Milliseconds() }),
+			med(r.remote, func(s sample) int64 { return s.started.Milliseconds() }),
+			med(r.sleep, func(s sample) int64 { return s.agentsUp.Milliseconds() }),
+			med(r.sleep, func(s sample) int64 { return s.teardown.Milliseconds() }),
+			med(r.sleep, func(s sample) int64 { return s.lastExit.Milliseconds() }))
 	}
-	b.WriteString("\n| hosts | handshake heap/conn | goroutines/conn | agent RSS | teardown: last rank exited |\n|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| hosts | launcher CPU ms: cold | warm | remote | launcher RSS MiB | launcher fds | agent RSS MiB | handshakes: all hosts ms | CPU ms/host | heap KiB/conn | goroutines/conn |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %.0f KiB | %.1f | %s | %s |\n", r.hosts, r.hs.heapPerConn/1024, r.hs.goroutinesPerConn,
-			medInt(r.sleep, func(s sample) int64 { return s.agentRSSKiB }, "MiB", 1024),
-			med(r.sleep, func(s sample) time.Duration { return s.lastExit }))
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %d | %.2f | %.0f | %.1f |\n", r.hosts,
+			med(r.cold, func(s sample) int64 { return s.cpu.Milliseconds() }),
+			med(r.warm, func(s sample) int64 { return s.cpu.Milliseconds() }),
+			med(r.remote, func(s sample) int64 { return s.cpu.Milliseconds() }),
+			med(r.sleep, func(s sample) int64 { return s.rssKiB / 1024 }),
+			med(r.sleep, func(s sample) int64 { return int64(s.fds) }),
+			med(r.sleep, func(s sample) int64 { return s.agentRSSKiB / 1024 }),
+			r.hs.wall.Milliseconds(), float64(r.hs.cpu.Microseconds())/1000/float64(r.hosts),
+			r.hs.heapPerConn/1024, r.hs.goroutinesPerConn)
 	}
 	return b.String()
 }
 
-func med(ss []sample, f func(sample) time.Duration) string {
-	v := make([]time.Duration, len(ss))
-	for i, s := range ss {
-		v[i] = f(s)
-	}
-	slices.Sort(v)
-	if len(v) == 0 {
+// med is the median of f over ss (the upper one of an even count).
+func med(ss []sample, f func(sample) int64) string {
+	if len(ss) == 0 {
 		return "–"
 	}
-	return ms(v[len(v)/2])
-}
-
-func medInt(ss []sample, f func(sample) int64, unit string, div int64) string {
 	v := make([]int64, len(ss))
 	for i, s := range ss {
 		v[i] = f(s)
 	}
 	slices.Sort(v)
-	if len(v) == 0 {
-		return "–"
-	}
-	if unit == "" {
-		return strconv.FormatInt(v[len(v)/2], 10)
-	}
-	return fmt.Sprintf("%.0f %s", float64(v[len(v)/2])/float64(div), unit)
+	return strconv.FormatInt(v[len(v)/2], 10)
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

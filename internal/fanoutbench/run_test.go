@@ -49,7 +49,7 @@ type sample struct {
 
 // launch runs gtrain once over every host of c and times it from its JSON
 // events.
-func launch(t *testing.T, bin *gtrainBin, c *netns.Cluster, k kind) sample {
+func launch(ctx context.Context, t *testing.T, bin *gtrainBin, c *netns.Cluster, k kind) sample {
 	t.Helper()
 	args := []string{"run", "--hostfile", c.Hostfile(1), "--output", "json", "--table", "never",
 		"--identity", c.IdentityFile, "--ssh-known-hosts", c.KnownHosts, "--ssh-config", "none"}
@@ -66,7 +66,7 @@ func launch(t *testing.T, bin *gtrainBin, c *netns.Cluster, k kind) sample {
 		rank = []string{"sleep", "600"}
 	}
 	args = append(append(args, "--"), rank...)
-	ctx, cancel := context.WithTimeout(t.Context(), runBackstop)
+	ctx, cancel := context.WithTimeout(ctx, runBackstop)
 	defer cancel()
 	j := startJob(ctx, t, bin.path, args, len(c.Hosts))
 	if k == kindSleep {
