@@ -108,11 +108,12 @@ type NIC struct {
 	NUMANode int     `json:"numa_node"` // -1 when unknown
 }
 
-// Cgroup is the limits of the cgroup the detector ran in (0: no limit).
+// Cgroup is the limits of the cgroup the detector ran in (0: no limit),
+// from cgroup v2 or v1, whichever holds the controller.
 type Cgroup struct {
-	CPUs        float64 `json:"cpus,omitempty"`         // cpu.max quota / period
-	MemoryBytes int64   `json:"memory_bytes,omitempty"` // memory.max
-	CPUSet      []int   `json:"cpuset,omitempty"`       // cpuset.cpus.effective
+	CPUs        float64 `json:"cpus,omitempty"`         // cpu.max (v1: cpu.cfs_quota_us) quota / period
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // memory.max (v1: memory.limit_in_bytes)
+	CPUSet      []int   `json:"cpuset,omitempty"`       // cpuset.cpus.effective (v1: cpuset.effective_cpus)
 }
 
 // String is the cell as `nvidia-smi topo -m` prints it: "NV18", "PIX", "X".

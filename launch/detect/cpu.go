@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,7 +33,47 @@ func (f fsys) cpus() hostinfo.CPU {
 		cores[[2]int{pkg, core}] = true
 	}
 	c.Sockets, c.Cores = len(sockets), len(cores)
+	c.Siblings = f.siblings(online)
 	return c
+}
+
+// maxThreadsPerCore bounds a core's hardware threads (POWER has 8): a
+// longer thread_siblings_list is not one core's, and is ignored.
+const maxThreadsPerCore = 16
+
+// siblings groups the online CPUs by physical core from each CPU's
+// topology/thread_siblings_list, so that core binding never splits a
+// core's hardware threads between ranks. The groups are in the order of
+// their first CPU, each listing its online CPUs in ascending order; nil
+// when a CPU's list cannot be read or does not hold the CPU itself (the
+// binding then treats every CPU as its own core).
+func (f fsys) siblings(online []int) [][]int {
+	isOnline := make(map[int]bool, len(online))
+	for _, id := range online {
+		isOnline[id] = true
+	}
+	var groups [][]int
+	seen := map[int]bool{} // CPUs already in a group
+	for _, id := range online {
+		if seen[id] {
+			continue
+		}
+		l, ok := f.list(fmt.Sprintf("sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", id))
+		if !ok || len(l) > maxThreadsPerCore || !slices.Contains(l, id) {
+			return nil
+		}
+		var g []int
+		for _, s := range l {
+			if isOnline[s] && !seen[s] {
+				g = append(g, s)
+				seen[s] = true
+			}
+		}
+		slices.Sort(g)
+		groups = append(groups, g)
+	}
+	slices.SortFunc(groups, func(a, b []int) int { return a[0] - b[0] })
+	return groups
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo (x86; arm64 kernels

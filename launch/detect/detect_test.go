@@ -62,6 +62,13 @@ func checkDGXHost(t *testing.T, h hostinfo.Host) {
 	if c := h.CPU; c.Sockets != 2 || c.Cores != 8 || c.Threads != 16 || c.Model != "Intel(R) Xeon(R) Platinum 8480C" {
 		t.Errorf("CPU = %+v: want 2 sockets, 8 cores, 16 threads", c)
 	}
+	var cores [][]int
+	for c := range 8 {
+		cores = append(cores, []int{c, c + 8})
+	}
+	if !slices.EqualFunc(h.CPU.Siblings, cores, slices.Equal) {
+		t.Errorf("siblings %v: want each core's two threads, %v", h.CPU.Siblings, cores)
+	}
 	if len(h.NUMA) != 2 || !slices.Equal(h.NUMA[1].CPUs, []int{4, 5, 6, 7, 12, 13, 14, 15}) || h.NUMA[0].MemoryBytes != 1056439524<<10 {
 		t.Errorf("NUMA = %+v", h.NUMA)
 	}
@@ -102,8 +109,8 @@ func TestPCIeBox(t *testing.T) {
 			t.Errorf("GPU %d: NUMA %d (want %d, from sysfs), NVLinks %v (want none)", i, g.NUMANode, i/2, g.NVLinks)
 		}
 	}
-	if c := h.CPU; c.Sockets != 2 || c.Cores != 8 || c.Threads != 8 {
-		t.Errorf("CPU = %+v", c)
+	if c := h.CPU; c.Sockets != 2 || c.Cores != 8 || c.Threads != 8 || len(c.Siblings) != 8 || !slices.Equal(c.Siblings[7], []int{7}) {
+		t.Errorf("CPU = %+v: want 8 cores of one thread each", c)
 	}
 	if len(h.NICs) != 3 || h.NICs[0] != (hostinfo.NIC{Name: "ens1f0", Kind: "roce", Device: "mlx5_0", Port: 1, GbitPerS: 100, Up: true, NUMANode: 0}) ||
 		h.NICs[2].Name != "eno2" || h.NICs[2].Up || h.NICs[2].GbitPerS != 0 {

@@ -27,13 +27,17 @@ func (f fsys) path(p string) string { return filepath.Join(f.root, filepath.From
 
 // read returns the file's first fileLimit bytes, trimmed, and whether it
 // could be read.
-func (f fsys) read(p string) (string, bool) {
+func (f fsys) read(p string) (string, bool) { return f.readLimit(p, fileLimit) }
+
+// readLimit is read with its own bound, for the few files that can be
+// longer (/proc/self/mountinfo).
+func (f fsys) readLimit(p string, limit int64) (string, bool) {
 	file, err := os.Open(f.path(p))
 	if err != nil {
 		return "", false
 	}
 	defer file.Close()
-	data, err := io.ReadAll(io.LimitReader(file, fileLimit))
+	data, err := io.ReadAll(io.LimitReader(file, limit))
 	if err != nil {
 		return "", false
 	}
