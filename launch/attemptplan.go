@@ -17,6 +17,7 @@ type World struct {
 	Facts   []*hostinfo.Host // by node; nil where the agent detected nothing
 	Size    int              // ranks in all
 	Slots   []int            // ranks per node
+	Bind    BindMode         // the job's --bind, which each agent plans from its facts ("" binds nothing)
 }
 
 // Planned is Runtime.Plan's answer for one attempt.
@@ -39,7 +40,7 @@ func (a *attempt) startRanks() {
 		a.sendAll(proto.CommandStart, "", a.masterEnv()...)
 		return
 	}
-	w := World{Attempt: a.n, Hosts: a.p.Hosts, Facts: a.p.HostFacts(), Size: a.p.WorldSize}
+	w := World{Attempt: a.n, Hosts: a.p.Hosts, Facts: a.p.HostFacts(), Size: a.p.WorldSize, Bind: a.p.Bind}
 	for _, h := range a.p.Hosts {
 		w.Slots = append(w.Slots, len(h.Slots))
 	}

@@ -235,9 +235,29 @@ func hostName(h hostinfo.Host, i int) string {
 // nodes' (or its cgroup's memory.max, when lower) and its cores its online
 // CPUs (or its cgroup's cpuset or cpu.max, when fewer); unequal hosts are
 // planned as the smallest, with a warning. The speeds and links are
-// CPUTopology's, measured on the engine itself: a NIC's rate says little
-// about what the engine's TCP reaches.
+// DefaultCPUSpeed's (CPUTopologyWith takes measured ones): a NIC's rate
+// says little about what the engine's TCP reaches.
 func CPUTopologyOf(hosts []hostinfo.Host, ranksPerHost []int) (Topology, []string, error) {
+	return CPUTopologyWith(hosts, ranksPerHost, CPUFigures{Speed: DefaultCPUSpeed})
+}
+
+// CPUFigures is what CPUTopologyWith knows of the ranks besides the
+// hosts' facts.
+type CPUFigures struct {
+	// Speed is the engine's speed per core: measured on the engine's own
+	// kernels (engine/train.MeasureCPU) where the caller has it, else
+	// DefaultCPUSpeed. A zero figure is DefaultCPUSpeed's.
+	Speed CPUSpeed
+	// RankCPUs, when > 0, is the CPUs each rank computes on: what gtrain
+	// run --bind gives it (its mask, GTRAIN_CPUS), the fewest of any rank.
+	// 0: the ranks share their host's CPUs, cores ÷ ranks each.
+	RankCPUs int
+}
+
+// CPUTopologyWith is CPUTopologyOf at the speed and with the per-rank
+// CPUs of f. The ranks of a host never get more CPUs than it has (its
+// cgroup's quota included), whatever f says.
+func CPUTopologyWith(hosts []hostinfo.Host, ranksPerHost []int, f CPUFigures) (Topology, []string, error) {
 	if len(hosts) == 0 || len(ranksPerHost) != len(hosts) {
 		return Topology{}, nil, fmt.Errorf("planner: detected hosts: %d hosts and %d rank counts", len(hosts), len(ranksPerHost))
 	}
@@ -253,8 +273,32 @@ func CPUTopologyOf(hosts []hostinfo.Host, ranksPerHost []int) (Topology, []strin
 	if mem <= 0 || cpu <= 0 {
 		return Topology{}, warns, fmt.Errorf("planner: detected hosts: a host's memory or CPUs are unknown: plan with --gpus N instead")
 	}
-	top := CPUTopology(ranksPerHost, mem, cpu)
+	if per := slices.Max(ranksPerHost); f.RankCPUs > 0 && per > 0 {
+		// Speed.Topology gives each rank cores ÷ ranks: bound ranks have
+		// their masks instead, which need not split the host evenly (core
+		// binding keeps a core's threads together), within what the
+		// cgroup's quota leaves the host.
+		cpu = min(f.RankCPUs*per, cpu)
+	}
+	top := f.Speed.orDefault().Topology(ranksPerHost, mem, cpu)
 	return top, warns, top.Validate()
+}
+
+// orDefault is s with DefaultCPUSpeed's figure wherever s has none.
+func (s CPUSpeed) orDefault() CPUSpeed {
+	d := DefaultCPUSpeed
+	pick := func(v, def float64) float64 {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return CPUSpeed{
+		GEMMFLOPSPerCore:         pick(s.GEMMFLOPSPerCore, d.GEMMFLOPSPerCore),
+		KernelBytesPerSecPerCore: pick(s.KernelBytesPerSecPerCore, d.KernelBytesPerSecPerCore),
+		SHMBytesPerSec:           pick(s.SHMBytesPerSec, d.SHMBytesPerSec),
+		TCPBytesPerSec:           pick(s.TCPBytesPerSec, d.TCPBytesPerSec),
+	}
 }
 
 // hostMemory is h's memory for ranks: its NUMA nodes' total, capped by its

@@ -21,6 +21,10 @@ type PlanOptions struct {
 	// Line is --auto's line for a layout chosen from the hosts' facts,
 	// shown as a note; nil shows none.
 	Line func(train.AutoChoice) string
+	// Speed is the engine's speed per core the plans from facts assume;
+	// nil: this machine's, measured once at the first such plan
+	// (train.MeasureCPU, as --auto's first layout measures it).
+	Speed *planner.CPUSpeed
 }
 
 // Planner is the launcher's planning hook (launch.Runtime.Plan) for j:
@@ -34,7 +38,7 @@ type PlanOptions struct {
 // the uninterrupted run's). Attempts on the job's own world without
 // o.Auto keep the spec the ranks already have.
 func (j *Job) Planner(o PlanOptions) func(context.Context, launch.World) (launch.Planned, error) {
-	pl := &attemptPlanner{job: j, o: o, cur: j.Spec}
+	pl := &attemptPlanner{job: j, o: o, cur: j.Spec, speed: o.Speed}
 	return pl.plan
 }
 
@@ -46,6 +50,7 @@ type attemptPlanner struct {
 	cur    train.Spec // the layout the last attempt ran
 	global int        // sequences per step, fixed by the first attempt
 	first  int        // the first attempt's ranks
+	speed  *planner.CPUSpeed
 }
 
 func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned, error) {
@@ -79,7 +84,7 @@ func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned
 func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, error) {
 	if p.o.Auto {
 		if hosts, ok := reported(w.Facts); ok {
-			top, warns, err := planner.CPUTopologyOf(hosts, w.Slots)
+			top, warns, err := planner.CPUTopologyWith(hosts, w.Slots, p.figures(w))
 			if err != nil {
 				return nil, fmt.Errorf("run --auto: the hosts' reported facts: %w", err)
 			}
@@ -109,6 +114,17 @@ func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, 
 	*notes = append(*notes, fmt.Sprintf("attempt %d runs on %d ranks: tp %d × pp %d × dp %d, micro_batch %d × grad_accum %d, the global batch stays %d sequences",
 		w.Attempt, w.Size, max(q.TP, 1), max(q.PP, 1), q.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum, p.global))
 	return &spec, nil
+}
+
+// figures are what the planner is told of w's ranks besides the hosts'
+// facts: the engine's speed per core, and the CPUs --bind gives each rank
+// (their threads), where it binds them.
+func (p *attemptPlanner) figures(w launch.World) planner.CPUFigures {
+	if p.speed == nil {
+		s := train.MeasureCPU()
+		p.speed = &s
+	}
+	return planner.CPUFigures{Speed: *p.speed, RankCPUs: w.RankCPUs()}
 }
 
 // reported is the hosts' facts when every agent reported some.
