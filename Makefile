@@ -126,6 +126,14 @@ bench-plan:
 bench-ckpt-async:
 	bash docs/bench/ckpt_async.sh 3
 
+# Gradient compression (parallel.grad_compression none, int8, powersgd:4):
+# bytes on the wire, step time and loss on one host and across two
+# network-namespace hosts whose link tc limits to 100mbit (root for the
+# hosts), 3 interleaved runs, medians.
+.PHONY: bench-compression
+bench-compression: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/compression.sh --write 3
+
 # SSH fan-out: start-up and teardown against 1..128 network-namespace hosts
 # (one sshd each), 3 interleaved runs per count, medians (root; deps'
 # openssh-server and iproute2). FANOUT_HOSTS=1,4,16,32 picks the counts.
