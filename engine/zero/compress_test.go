@@ -14,6 +14,7 @@ import (
 	"github.com/gtrain/gtrain/engine/comm"
 	"github.com/gtrain/gtrain/engine/comm/commtest"
 	"github.com/gtrain/gtrain/engine/model"
+	"github.com/gtrain/gtrain/engine/optim"
 )
 
 func TestParseCompression(t *testing.T) {
@@ -288,5 +289,62 @@ func addResiduals(left []float64, z *compressor, segs []Segment, dp int) {
 		for k := range hi - lo {
 			left[s.Offset+lo+k] += float64(z.q8.resid[z.q8.at[si]+k])
 		}
+	}
+}
+
+// TestNonFiniteStepClearsCompressionState: a step whose gradient holds Inf
+// updates nothing and clears the residuals (which error feedback would
+// otherwise add to every later step), for fp16 with a loss scale too, and
+// the next clean step updates with finite values, on every rank alike.
+func TestNonFiniteStepClearsCompressionState(t *testing.T) {
+	for _, tc := range []struct {
+		c    Compression
+		prec comm.DType
+	}{{Compression{Kind: CompressInt8}, comm.Float32}, {Compression{Kind: CompressPowerSGD, Rank: 2}, comm.Float16}} {
+		t.Run(fmt.Sprintf("%s/%s", tc.c, tc.prec), func(t *testing.T) {
+			onComms(t, 2, func(ctx context.Context, r int, c *comm.Communicator) error {
+				flat := make([]float32, testCfg.NumParams())
+				model.InitParams(testCfg, 1, flat)
+				cfg := Config{Stage: 0, Params: tc.prec, Grads: tc.prec, FirstBucket: 300, Bucket: 900, Compress: tc.c,
+					Optim: optim.Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}}
+				e, err := New(cfg, testCfg, c, flat)
+				if err != nil {
+					return err
+				}
+				e.Bind(ctx)
+				rng := rand.New(rand.NewPCG(uint64(r), 5))
+				step := func(bad bool) (StepResult, error) {
+					e.BeginMicro(0, 1)
+					for u := len(testCfg.Units()) - 1; u >= 0; u-- {
+						g := e.Grads(u)
+						for i := range g {
+							g[i] = float32(rng.NormFloat64()) * 0.01
+						}
+						if bad && u == 1 && r == 1 {
+							g[3] = float32(math.Inf(1))
+						}
+						e.GradsDone(u)
+					}
+					return e.Step(1e-3)
+				}
+				if res, err := step(false); err != nil || res.NonFinite {
+					return fmt.Errorf("clean step: %+v, %v", res, err)
+				}
+				if !slices.ContainsFunc(e.cz.resid, func(v float32) bool { return v != 0 }) {
+					return fmt.Errorf("no residual after a compressed step: nothing to clear")
+				}
+				if res, err := step(true); err != nil || !res.NonFinite {
+					return fmt.Errorf("step with an infinite gradient: %+v, %v; want it non-finite", res, err)
+				}
+				if slices.ContainsFunc(e.cz.resid, func(v float32) bool { return v != 0 }) {
+					return fmt.Errorf("the residuals survived a non-finite step")
+				}
+				res, err := step(false)
+				if err != nil || res.NonFinite || math.IsNaN(res.Norm) {
+					return fmt.Errorf("clean step after the non-finite one: %+v, %v", res, err)
+				}
+				return nil
+			})
+		})
 	}
 }
