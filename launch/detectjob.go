@@ -20,19 +20,34 @@ var errDetected = errors.New("launch: detect: every host reported")
 // (gtrain plan --detect). It returns what each host reported, in hostfile
 // order; notices (an unreachable host) go to stderr.
 func (r *Request) DetectHosts(ctx context.Context, stderr io.Writer) ([]hostinfo.Host, error) {
-	q := *r
-	q.MaxRestarts, q.Grace = 0, time.Second
-	q.Heartbeat = max(q.Heartbeat, time.Second)
+	q := r.detecting()
 	job, err := q.Resolve(ctx, Workload{Command: []string{"true"}})
 	if err != nil {
 		return nil, err
 	}
+	return q.detectJob(ctx, job, stderr)
+}
+
+// detecting is r for a round that only detects: no restart, a short
+// grace, a heartbeat a busy host keeps up with.
+func (r *Request) detecting() *Request {
+	q := *r
+	q.MaxRestarts, q.Grace = 0, time.Second
+	q.Heartbeat = max(q.Heartbeat, time.Second)
+	return &q
+}
+
+// detectJob runs job's agents until every one has joined, stops them
+// before any rank starts, and returns what each host reported, in the
+// job's node order.
+func (r *Request) detectJob(ctx context.Context, job *Job, stderr io.Writer) ([]hostinfo.Host, error) {
 	var facts []*hostinfo.Host
+	q := *r
 	q.Plan = func(_ context.Context, w World) (Planned, error) {
 		facts = w.Facts
 		return Planned{}, errDetected
 	}
-	err = q.Execute(ctx, job, status.NewLines(io.Discard, stderr, true), nil)
+	err := q.Execute(ctx, job, status.NewLines(io.Discard, stderr, true), nil)
 	if !errors.Is(err, errDetected) {
 		if err == nil {
 			err = errors.New("launch: detect: the hosts ran the job instead of reporting")

@@ -41,6 +41,11 @@ type Request struct {
 	Getenv      func(string) string
 	Bind        BindMode // --bind: what each rank is bound to; "" = nothing
 
+	// slotsCounted are the slots that the agents of the hostfile's remote
+	// hosts written without slots= counted under NprocFrom (nproc.go),
+	// so that a second read of the hostfile asks no host again.
+	slotsCounted map[string]int
+
 	// Hosts without a hostfile, and how their agents start (slurm.go).
 	// Without either inside a Slurm allocation, and with Hostfile "slurm",
 	// the job runs on the allocation's nodes.
