@@ -265,3 +265,24 @@ func (e *Engine) compress(i int) bool {
 		whole: e.cz.low != nil && e.opt.Step < e.cfg.Compress.StartStep})
 	return true
 }
+
+// bytes is the memory of the compression state and scratch (0 for none).
+func (z *compressor) bytes() int64 {
+	if z == nil {
+		return 0
+	}
+	n := len(z.resid) + len(z.work)
+	if l := z.low; l != nil {
+		n += len(l.buf) + len(l.row)
+		for _, mt := range l.mats {
+			n += len(mt.q) + len(mt.p)
+		}
+	}
+	if q := z.q8; q != nil {
+		n += len(q.resid) + len(q.sum) + len(q.deq) + len(q.gather)
+		for j := range q.packs {
+			n += len(q.packs[j]) + len(q.recv[j])
+		}
+	}
+	return int64(n) * 4
+}

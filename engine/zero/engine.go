@@ -221,7 +221,7 @@ func (e *Engine) Partition() Partition { return e.part }
 type Memory struct {
 	Params    int64 `json:"params"`    // working parameters (all of them, or the owned part in stage 3)
 	Grads     int64 `json:"grads"`     // gradients (all, or the owned part in stages 2–3)
-	Optimizer int64 `json:"optimizer"` // fp32 master weights when separate, and the Adam moments
+	Optimizer int64 `json:"optimizer"` // fp32 master weights when separate, the Adam moments, gradient compression's state
 	Buffers   int64 `json:"buffers"`   // buckets, gathered layers, fp32 scratch: the most ever held
 }
 
@@ -236,5 +236,6 @@ func (e *Engine) Memory() Memory {
 	if e.cfg.Params != comm.Float32 { // a separate master copy
 		m.Optimizer += int64(len(e.master)) * 4
 	}
+	m.Optimizer += e.cz.bytes()
 	return m
 }
