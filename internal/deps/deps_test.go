@@ -51,9 +51,10 @@ var (
 		module + "/internal/etcdtest",
 		module + "/engine/comm/commtest",
 		module + "/internal/tfevents/tfeventstest",
+		module + "/internal/slurmtest",
 		"github.com/rogpeppe/go-internal/testscript",
 	}
-	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest", "internal/etcdtest", "internal/tfevents/tfeventstest"}
+	testHelpers = []string{"internal/netns", "internal/proctest", "engine/comm/commtest", "internal/etcdtest", "internal/tfevents/tfeventstest", "internal/slurmtest"}
 )
 
 // TestImportBoundaries fails when a package reaches across a boundary of the
