@@ -30,7 +30,7 @@ const (
 )
 
 // runBackstop bounds one run; a run never comes near it unless gtrain hangs.
-const runBackstop = 5 * time.Minute
+const runBackstop = 10 * time.Minute
 
 // sample is one run, times since the launcher was started.
 type sample struct {
@@ -51,8 +51,11 @@ type sample struct {
 // events.
 func launch(ctx context.Context, t *testing.T, bin *gtrainBin, c *netns.Cluster, k kind) sample {
 	t.Helper()
+	// --join-timeout: every host here shares this machine's cores, so a
+	// hundred agents can take longer than the default minute to start.
 	args := []string{"run", "--hostfile", c.Hostfile(1), "--output", "json", "--table", "never",
-		"--identity", c.IdentityFile, "--ssh-known-hosts", c.KnownHosts, "--ssh-config", "none"}
+		"--identity", c.IdentityFile, "--ssh-known-hosts", c.KnownHosts, "--ssh-config", "none",
+		"--join-timeout", "5m"}
 	switch k {
 	case kindCold:
 		if err := os.Remove(bin.cached); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -81,6 +84,7 @@ type job struct {
 	t0         time.Time
 	startTicks int64 // the launcher's start, in clock ticks since boot
 	stderr     *strings.Builder
+	said       strings.Builder  // notices, errors and job_exited, from the events
 	events     chan proto.Event // every event, then closed at end of stdout
 	exited     chan time.Time   // when Wait returned
 	hosts      int
@@ -152,6 +156,9 @@ func (j *job) note(ev proto.Event) bool {
 		if ev.Time.After(j.lastExit) {
 			j.lastExit = ev.Time
 		}
+	case proto.EventNotice, proto.EventError, proto.EventJobExited:
+		// With --output json, gtrain says why it failed here, not on stderr.
+		j.said.WriteString(ev.Type + ": " + ev.Host + " " + ev.Message + "\n")
 	}
 	return false
 }
@@ -181,7 +188,7 @@ func (j *job) interrupt(t *testing.T) sample {
 	}
 	if !all {
 		<-j.exited
-		t.Fatalf("fanoutbench: gtrain ended with %d of %d ranks started: %v\n%s", j.nStarted, j.hosts, j.waitErr, j.stderr)
+		t.Fatalf("fanoutbench: gtrain ended with %d of %d ranks started: %v\n%s%s", j.nStarted, j.hosts, j.waitErr, &j.said, j.stderr)
 	}
 	s := sample{fds: countFDs(j.cmd.Process.Pid)}
 	s.agentsUp, s.agentRSSKiB = j.agents(t)
@@ -217,7 +224,7 @@ func (j *job) check(t *testing.T, want int) {
 		t.Fatalf("fanoutbench: gtrain: %v", j.waitErr)
 	}
 	if code != want || j.nStarted != j.hosts {
-		t.Fatalf("fanoutbench: gtrain exited %d (want %d) with %d of %d ranks started\nstderr:\n%s", code, want, j.nStarted, j.hosts, j.stderr)
+		t.Fatalf("fanoutbench: gtrain exited %d (want %d) with %d of %d ranks started\n%sstderr:\n%s", code, want, j.nStarted, j.hosts, &j.said, j.stderr)
 	}
 }
 
