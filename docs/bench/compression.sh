@@ -71,12 +71,13 @@ ns=("$tag-0" "$tag-1") dev=("$tag-0" "$tag-1")
 net=10.214.$(($$ % 200 + 20))
 ip_of=("$net.1" "$net.2")
 tmp=$(mktemp -d -t gtrain-compression.XXXXXX)
-sids=()
+sids=() sampler=
 kill_session() { pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true; }
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
 	local rc=$? p n
 	trap - EXIT INT TERM
+	[[ -z $sampler ]] || kill "$sampler" 2>/dev/null || true
 	for p in "${sids[@]}"; do kill_session KILL "$p"; done
 	for n in "${ns[@]}"; do
 		if ip netns list 2>/dev/null | grep -qw "$n"; then
@@ -146,6 +147,7 @@ job=(--set model.layers="$L" --set model.heads="$H" --set model.embd="$C"
 	--set eval.every=0 --set log_every=0 --set checkpoint.every=0 --set threads=1
 	--set parallel.dp=2 --set parallel.zero_stage=0)
 res=$tmp/results.jsonl
+: >"$res"
 failed=0
 port=$((21000 + $$ % 20000))
 secret=$(head -c 24 /dev/urandom | base64)
@@ -202,7 +204,7 @@ run_host() { # MODE RUN
 }
 
 run_hosts() { # MODE RUN
-	local i pids=() sampler ok ck=$tmp/ck-hosts-$2 samples=$tmp/samples.$2
+	local i pids=() ok ck=$tmp/ck-hosts-$2 samples=$tmp/samples.$2
 	port=$((port + 1))
 	# Sampling the counters (not waiting for anything): every 0.1 s.
 	while :; do echo "$(date +%s.%N) $(txbytes)"; sleep 0.1; done >"$samples" &
@@ -215,8 +217,22 @@ run_hosts() { # MODE RUN
 			-- "$GTRAIN" worker "${job[@]}" --set checkpoint.dir="$ck" --set parallel.grad_compression="$1"
 		pids+=("$started")
 	done
+	# Both nodes reporting done (every rank exited) is the run's end: the
+	# per-node launchers have been seen to stay up after it on longer runs.
+	while kill -0 "${pids[0]}" 2>/dev/null || kill -0 "${pids[1]}" 2>/dev/null; do
+		if grep -q '"type":"done"' "$tmp/hosts.0.jsonl" && grep -q '"type":"done"' "$tmp/hosts.1.jsonl"; then
+			kill_session TERM "${pids[0]}" && kill_session TERM "${pids[1]}"
+			break
+		fi
+		sleep 0.5
+	done
 	finish "${pids[@]}" && ok=1 || ok=0
+	if grep -q '"type":"done"' "$tmp/hosts.0.jsonl" && grep -q '"type":"done"' "$tmp/hosts.1.jsonl" &&
+		! grep -h '"type":"rank_exited"' "$tmp/hosts.0.jsonl" "$tmp/hosts.1.jsonl" | grep -q '"code":[1-9]'; then
+		ok=1
+	fi
 	kill "$sampler" && wait "$sampler" 2>/dev/null || true
+	sampler=
 	if ((ok)) && summarise "hosts" "$1" "$2" "$samples" "$tmp/hosts.0.jsonl" "$tmp/hosts.1.jsonl"; then
 		:
 	else
