@@ -65,36 +65,17 @@ func (z *compressor) load(c *ckpt.Checkpoint) error {
 	}
 	z.reset()
 	var fresh []string
-	rank := z.c.Rank()
-	state := []struct {
-		name string
-		dst  []float32
-	}{{z.residualName(rank), z.resid}}
-	if z.q8 != nil {
-		state = append(state, struct {
-			name string
-			dst  []float32
-		}{z.sumResidualName(rank), z.q8.resid})
+	ok, err := z.loadResiduals(c)
+	if err != nil {
+		return err
 	}
-	for _, s := range state {
-		ok, err := loadFlat(c, s.name, []int{len(s.dst)}, s.dst)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			fresh = append(fresh, "its error feedback starts from zero")
-			clear(z.resid)
-			if z.q8 != nil {
-				clear(z.q8.resid)
-			}
-			break
-		}
+	if !ok {
+		fresh = append(fresh, "its error feedback starts from zero")
 	}
 	if z.low != nil {
 		for i := range z.low.mats {
 			mt := &z.low.mats[i]
-			ok, err := loadFlat(c, qName(mt.param.Name), []int{mt.m, mt.r}, mt.q)
-			if err != nil {
+			if ok, err = loadFlat(c, qName(mt.param.Name), []int{mt.m, mt.r}, mt.q); err != nil {
 				return err
 			}
 			if !ok {
@@ -106,6 +87,26 @@ func (z *compressor) load(c *ckpt.Checkpoint) error {
 	}
 	z.note = z.loadNote(c, fresh)
 	return nil
+}
+
+// loadResiduals reads this rank's residuals, all or none (false, and
+// zero, when c lacks one of them).
+func (z *compressor) loadResiduals(c *ckpt.Checkpoint) (bool, error) {
+	rank := z.c.Rank()
+	names, dsts := []string{z.residualName(rank)}, [][]float32{z.resid}
+	if z.q8 != nil {
+		names, dsts = append(names, z.sumResidualName(rank)), append(dsts, z.q8.resid)
+	}
+	for i, name := range names {
+		ok, err := loadFlat(c, name, []int{len(dsts[i])}, dsts[i])
+		if err != nil || !ok {
+			for _, d := range dsts {
+				clear(d)
+			}
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // loadFlat reads tensor name of shape into dst if c holds it with that
