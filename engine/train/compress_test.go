@@ -111,9 +111,9 @@ func TestCompressionResumeIsBitIdentical(t *testing.T) {
 	}
 }
 
-// TestCompressionStateResetsOnOtherLayout: resumed with another dp or
-// another compression, the per-rank state starts afresh, and the run's
-// log says what and why.
+// TestCompressionStateResetsOnOtherLayout: resumed with another dp, the
+// residuals are resharded; with another compression, the state starts
+// afresh; the run's log says what and why.
 func TestCompressionStateResetsOnOtherLayout(t *testing.T) {
 	src := t.TempDir()
 	s := compressSpec("int8", 0, 2)
@@ -124,7 +124,7 @@ func TestCompressionStateResetsOnOtherLayout(t *testing.T) {
 		dp      int
 		want    string
 	}{
-		{"dp 2 to 3", "int8", 3, "grad_compression int8: its error feedback starts from zero: the checkpoint holds none for int8 at dp 3 (it holds optimizer.grad_compression.int8.dp2."},
+		{"dp 2 to 3", "int8", 3, "grad_compression int8: resharded the error feedback of dp 2 onto dp 3: every rank starts from the mean of the 2 saved residuals"},
 		{"int8 to powersgd", "powersgd:2", 2, "grad_compression powersgd:2: its error feedback starts from zero and PowerSGD's warm-start Q is drawn afresh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

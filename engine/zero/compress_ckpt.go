@@ -17,9 +17,13 @@ import (
 //	optimizer.grad_compression.powersgd.q.PARAM             PowerSGD's warm-start Q (m×r), from rank 0
 //
 // Residuals are per rank, as PyTorch's hook state is: they are restored
-// when the checkpoint was written by as many data-parallel ranks, and
-// otherwise start from zero, with a note in the run's log. Q is the same
-// on every rank and survives a change of dp; a change of rank restarts it.
+// when the checkpoint was written by as many data-parallel ranks. Written
+// by another number, they are resharded (compress_reshard.go): every rank
+// starts from the mean of the saved residuals, and int8's chunk-sum
+// residuals are cut at the new chunks, which keeps what was not yet
+// applied, once; the run's log says so. Without any (another kind, or no
+// compression), they start from zero, also with a note. Q is the same on
+// every rank and survives a change of dp; a change of rank restarts it.
 const CompressPrefix = ckpt.OptimizerPrefix + "grad_compression."
 
 func (z *compressor) kindName() string {
@@ -29,12 +33,12 @@ func (z *compressor) kindName() string {
 	return "int8"
 }
 
-func (z *compressor) residualName(rank int) string {
-	return fmt.Sprintf("%s%s.dp%d.rank%d.residual", CompressPrefix, z.kindName(), z.c.Size(), rank)
+func (z *compressor) residualName(dp, rank int) string {
+	return fmt.Sprintf("%s%s.dp%d.rank%d.residual", CompressPrefix, z.kindName(), dp, rank)
 }
 
-func (z *compressor) sumResidualName(rank int) string {
-	return fmt.Sprintf("%sint8.dp%d.rank%d.sum_residual", CompressPrefix, z.c.Size(), rank)
+func sumResidualName(dp, rank int) string {
+	return fmt.Sprintf("%sint8.dp%d.rank%d.sum_residual", CompressPrefix, dp, rank)
 }
 
 func qName(param string) string { return CompressPrefix + "powersgd.q." + param }
@@ -44,10 +48,10 @@ func (z *compressor) shard() []ckpt.Tensor {
 	if z == nil {
 		return nil
 	}
-	rank := z.c.Rank()
-	ts := []ckpt.Tensor{{Name: z.residualName(rank), Shape: []int{len(z.resid)}, Data: z.resid}}
+	dp, rank := z.c.Size(), z.c.Rank()
+	ts := []ckpt.Tensor{{Name: z.residualName(dp, rank), Shape: []int{len(z.resid)}, Data: z.resid}}
 	if z.q8 != nil {
-		ts = append(ts, ckpt.Tensor{Name: z.sumResidualName(rank), Shape: []int{len(z.q8.resid)}, Data: z.q8.resid})
+		ts = append(ts, ckpt.Tensor{Name: sumResidualName(dp, rank), Shape: []int{len(z.q8.resid)}, Data: z.q8.resid})
 	}
 	if z.low != nil && rank == 0 {
 		for _, mt := range z.low.mats {
@@ -64,8 +68,17 @@ func (z *compressor) load(c *ckpt.Checkpoint) error {
 		return nil
 	}
 	z.reset()
+	z.note = ""
 	var fresh []string
-	ok, err := z.loadResiduals(c)
+	read := func(name string, shape []int, dst []float32) (bool, error) { return loadFlat(c, name, shape, dst) }
+	ok, err := z.loadResiduals(read)
+	if err == nil && !ok {
+		if from := z.savedDP(c.Manifest.Tensors); from > 0 && from != z.c.Size() {
+			if ok, err = z.reshard(from, read); ok {
+				z.note = fmt.Sprintf("grad_compression %s: resharded the error feedback of dp %d onto dp %d: every rank starts from the mean of the %d saved residuals", z.cfg, from, z.c.Size(), from)
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -85,20 +98,28 @@ func (z *compressor) load(c *ckpt.Checkpoint) error {
 			}
 		}
 	}
-	z.note = z.loadNote(c, fresh)
+	if n := z.loadNote(c, fresh); n != "" && z.note != "" {
+		z.note += "; " + n
+	} else if n != "" {
+		z.note = n
+	}
 	return nil
 }
 
-// loadResiduals reads this rank's residuals, all or none (false, and
-// zero, when c lacks one of them).
-func (z *compressor) loadResiduals(c *ckpt.Checkpoint) (bool, error) {
-	rank := z.c.Rank()
-	names, dsts := []string{z.residualName(rank)}, [][]float32{z.resid}
+// stateReader reads the saved tensor name into dst if it is there with
+// that shape (false if not).
+type stateReader func(name string, shape []int, dst []float32) (bool, error)
+
+// loadResiduals reads this rank's residuals saved at this dp, all or none
+// (false, and zero, when one is missing).
+func (z *compressor) loadResiduals(read stateReader) (bool, error) {
+	dp, rank := z.c.Size(), z.c.Rank()
+	names, dsts := []string{z.residualName(dp, rank)}, [][]float32{z.resid}
 	if z.q8 != nil {
-		names, dsts = append(names, z.sumResidualName(rank)), append(dsts, z.q8.resid)
+		names, dsts = append(names, sumResidualName(dp, rank)), append(dsts, z.q8.resid)
 	}
 	for i, name := range names {
-		ok, err := loadFlat(c, name, []int{len(dsts[i])}, dsts[i])
+		ok, err := read(name, []int{len(dsts[i])}, dsts[i])
 		if err != nil || !ok {
 			for _, d := range dsts {
 				clear(d)

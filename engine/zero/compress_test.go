@@ -348,3 +348,81 @@ func TestNonFiniteStepClearsCompressionState(t *testing.T) {
 		})
 	}
 }
+
+// TestReshardKeepsWhatWasNotApplied: the residuals of dp 2 (after steps
+// of both kinds) resharded onto dp 3 and back onto dp 2 keep the ranks'
+// mean residual and, for int8, every chunk-sum residual in its place: the
+// balance of TestErrorFeedbackIsUnbiased holds across the change.
+func TestReshardKeepsWhatWasNotApplied(t *testing.T) {
+	cfg := testCfg
+	params, n := cfg.Params(), cfg.NumParams()
+	segs := Buckets(cfg.Units(), 300, 900)
+	for _, kind := range []Compression{{Kind: CompressPowerSGD, Rank: 2}, {Kind: CompressInt8}} {
+		t.Run(kind.String(), func(t *testing.T) {
+			saved := map[string][]float32{}
+			var mu sync.Mutex
+			save := func(z *compressor) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, ts := range z.shard() {
+					saved[ts.Name] = slices.Clone(ts.Data)
+				}
+			}
+			read := func(name string, shape []int, dst []float32) (bool, error) {
+				v, ok := saved[name]
+				if !ok || len(v) != len(dst) {
+					return false, nil
+				}
+				copy(dst, v)
+				return true, nil
+			}
+			balance := func(dp int, zs []*compressor) []float64 {
+				left := make([]float64, n)
+				for _, z := range zs {
+					addResiduals(left, z, segs, dp)
+				}
+				return left
+			}
+			orig := make([]*compressor, 2)
+			onComms(t, 2, func(ctx context.Context, r int, c *comm.Communicator) error {
+				z := newCompressor(kind, c, segs, params, n)
+				orig[r] = z
+				rng := rand.New(rand.NewPCG(uint64(r), 9))
+				for range 3 {
+					if err := reduceAll(ctx, z, randn(rng, n), 1); err != nil {
+						return err
+					}
+				}
+				save(z)
+				return nil
+			})
+			hop := func(from, to int) []float64 {
+				zs := make([]*compressor, to)
+				onComms(t, to, func(ctx context.Context, r int, c *comm.Communicator) error {
+					zs[r] = newCompressor(kind, c, segs, params, n)
+					if ok, err := zs[r].reshard(from, read); err != nil || !ok {
+						return fmt.Errorf("reshard from dp %d: %v, %v", from, ok, err)
+					}
+					return nil
+				})
+				clear(saved)
+				for _, z := range zs {
+					save(z)
+				}
+				return balance(to, zs)
+			}
+			want := balance(2, orig)
+			if !slices.ContainsFunc(want, func(v float64) bool { return v != 0 }) {
+				t.Fatal("no residual saved: nothing to reshard")
+			}
+			for _, to := range []int{3, 2} {
+				got := hop(map[int]int{3: 2, 2: 3}[to], to)
+				for i := range got {
+					if d := math.Abs(got[i] - want[i]); d > 1e-6*(1+math.Abs(want[i])) {
+						t.Fatalf("dp %d: element %d: balance %g, before %g", to, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
