@@ -7,7 +7,7 @@ GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async bench-bf16
+.PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-collectives-hosts bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async bench-bf16
 
 build:
 	$(GO) build -o bin/gtrain ./cmd/gtrain
@@ -91,6 +91,13 @@ test-busy:
 # interleaved, 5 runs (installs openmpi-bin, libopenmpi-dev, python3-torch).
 bench-collectives: build
 	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives.sh --install 5
+
+# All-reduce, reduce-scatter and all-gather across two network-namespace hosts
+# (veth, bare and limited to 10gbit by tc), 1 and 2 ranks per host, against
+# Open MPI over TCP and gloo; 3 runs, rewrites docs/benchmarks.md's tables.
+# Needs root; installs openmpi-bin, libopenmpi-dev, python3-torch, iproute2.
+bench-collectives-hosts: build
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives_hosts.sh --install --write 3
 
 # GEMM GFLOP/s against OpenBLAS (installs libopenblas-dev for the peer).
 bench-gemm:
