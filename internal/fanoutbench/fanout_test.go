@@ -26,7 +26,7 @@ import (
 // The benchmark's knobs, from the environment (docs/bench/fanout.sh sets
 // them): which host counts, how many runs of each kind per count.
 const (
-	defaultHosts = "1,4,16,32,64,128"
+	defaultHosts = "1,4,16,32,64"
 	defaultRuns  = 3
 	maxRuns      = 20
 	// maxHostCount is internal/netns's: its hosts share one /24 bridge.

@@ -51,11 +51,13 @@ type sample struct {
 // events.
 func launch(ctx context.Context, t *testing.T, bin *gtrainBin, c *netns.Cluster, k kind) sample {
 	t.Helper()
-	// --join-timeout: every host here shares this machine's cores, so a
-	// hundred agents can take longer than the default minute to start.
+	// --join-timeout and --heartbeat: every host here shares this
+	// machine's cores, so a hundred agents can take longer than the
+	// default minute to join, and one can be silent (detecting its host)
+	// for longer than the default 25 s.
 	args := []string{"run", "--hostfile", c.Hostfile(1), "--output", "json", "--table", "never",
 		"--identity", c.IdentityFile, "--ssh-known-hosts", c.KnownHosts, "--ssh-config", "none",
-		"--join-timeout", "5m"}
+		"--join-timeout", "5m", "--heartbeat", "30s"}
 	switch k {
 	case kindCold:
 		if err := os.Remove(bin.cached); err != nil && !errors.Is(err, os.ErrNotExist) {
