@@ -53,6 +53,10 @@ type Runtime struct {
 	// StragglerFactor marks a rank whose own work per step stays above this
 	// many times the job's median (straggler.go). ≤ 1: off.
 	StragglerFactor float64
+
+	// meet, when set, replaces the attempt's own rendezvous: a per-node
+	// job's attempts meet where all its nodes do (pernode_store.go).
+	meet func(ctx context.Context, a *attempt) (roundHost, error)
 }
 
 // Run executes the job: it starts one agent per host, streams their events

@@ -30,6 +30,9 @@ type roundHost interface {
 // secret, expecting every host by name; its log lines become notices.
 // With etcd (Runtime.Etcd) it runs none: it writes the round there.
 func (a *attempt) listenRendezvous(ctx context.Context) (roundHost, error) {
+	if a.rt.meet != nil {
+		return a.rt.meet(ctx, a)
+	}
 	secret, err := rendezvous.NewSecret()
 	if err != nil {
 		return nil, err
@@ -161,7 +164,7 @@ func (a *attempt) rdzvLog(line string) {
 // rendezvousFor is the rendezvous part of host h's assignment.
 func (a *attempt) rendezvousFor(h Host) *proto.Rendezvous {
 	r := &proto.Rendezvous{Port: a.rdzvPort, Secret: a.secret, Name: h.Name, Host: a.rt.RendezvousHost, Endpoint: a.rdzvEndpoint}
-	if h.Local && r.Endpoint == "" {
+	if h.Local && r.Endpoint == "" && a.rt.meet == nil {
 		// Never SSH_CONNECTION here: gtrain itself may run in an SSH login.
 		r.Host = "127.0.0.1"
 		if host, _, err := net.SplitHostPort(a.rdzvBind); err == nil && host != "" && host != "0.0.0.0" && host != "::" {
@@ -229,7 +232,7 @@ var etcdConfKeys = []string{"protocol", "cacert", "cert", "key", "user", "passwo
 func (r *Request) etcdConfig() (*rendezvous.EtcdConfig, error) {
 	switch r.RendezvousBackend {
 	case "", rendezvous.BackendC10d, rendezvous.BackendStatic:
-		if r.RendezvousEndpoint != "" || r.RendezvousConf != "" {
+		if (r.RendezvousEndpoint != "" && !r.PerNode()) || r.RendezvousConf != "" {
 			return nil, usage.Errorf("run: --rdzv-endpoint and --rdzv-conf are for --rdzv-backend etcd: the %s backend is the launcher's own server (see --rdzv-bind, --rdzv-host)", cmp.Or(r.RendezvousBackend, rendezvous.BackendC10d))
 		}
 		return nil, nil

@@ -76,6 +76,11 @@ type Request struct {
 	MaxHostFailures int
 	// Plan is Runtime.Plan: the workload laid out for each attempt's world.
 	Plan func(ctx context.Context, w World) (Planned, error)
+
+	// Per-node mode (pernode.go): --node-rank (auto or K), --local-addr
+	// (this node's name and address) and --rdzv-secret-file (the job
+	// secret every node shares; else GTRAIN_RDZV_SECRET).
+	NodeRank, LocalAddr, SecretFile string
 }
 
 // Workload is what a job's ranks run: the command line's command, or what
@@ -117,6 +122,11 @@ func (r *Request) Check(nproc int) error {
 	}
 	if _, err := r.etcdConfig(); err != nil {
 		return err
+	}
+	if r.PerNode() {
+		if _, _, _, err := r.CheckPerNode(); err != nil {
+			return err
+		}
 	}
 	return r.checkWatch()
 }

@@ -132,7 +132,10 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.StringVar(&opts.RendezvousBind, "rdzv-bind", "", "address the rendezvous server listens on (default 127.0.0.1:0 on this machine alone, else :0)")
 	f.StringVar(&opts.RendezvousHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
 	f.StringVar(&opts.RendezvousBackend, "rdzv-backend", "c10d", "where nodes and ranks meet: c10d (or static: the launcher's own server) or etcd (--rdzv-endpoint; it outlives the launcher)")
-	f.StringVar(&opts.RendezvousEndpoint, "rdzv-endpoint", "", "etcd's client address HOST:PORT[,HOST:PORT...] for --rdzv-backend etcd; the job meets under /gtrain/<rdzv-id>/")
+	f.StringVar(&opts.RendezvousEndpoint, "rdzv-endpoint", "", "etcd's client address HOST:PORT[,HOST:PORT...] for --rdzv-backend etcd; the job meets under /gtrain/<rdzv-id>/; in per-node mode with c10d, HOST:PORT of the node that hosts the rendezvous")
+	f.StringVar(&opts.NodeRank, "node-rank", "", "per-node mode: start this node of a job started once on every node (torchrun's model: no hostfile, no SSH; needs --nnodes, --rdzv-endpoint, --rdzv-id and the job secret): auto (ranks by node name) or 0 to N-1")
+	f.StringVar(&opts.LocalAddr, "local-addr", "", "per-node mode: this node's name and the address the others reach it at (default: its hostname, and its address on the route to the rendezvous)")
+	f.StringVar(&opts.SecretFile, "rdzv-secret-file", "", "per-node mode: file holding the job secret (at least 16 bytes), the same on every node; else $"+launch.SecretEnv)
 	f.StringVar(&opts.RendezvousConf, "rdzv-conf", "", "etcd options key=value,...: cacert, cert, key (TLS files, the same path on every host), user and password_file (etcd's user auth), ttl (a node's lease, default 10s)")
 	f.DurationVar(&opts.JoinTimeout, "join-timeout", 60*time.Second, "how long every host's agent has to join before the job fails, naming the missing ones")
 	f.DurationVar(&opts.HangTimeout, "hang-timeout", launch.DefaultHangTimeout, "a rank that reported a step and then none for this long (its process alive) makes every built-in engine rank dump its flight record and stacks into --log-dir; the job stops naming whom the ranks wait for, in which call (0: off)")
@@ -147,6 +150,9 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	}
 	if err := o.check(); err != nil {
 		return err
+	}
+	if o.PerNode() {
+		return o.runPerNode(ctx)
 	}
 	if len(o.Command) == 0 {
 		return runEngine(ctx, o)
@@ -219,6 +225,26 @@ func (o *RunOptions) launch(ctx context.Context, w launch.Workload, grid *planne
 	return o.executeWithMetrics(ctx, job)
 }
 
+// runPerNode runs this node of a per-node job (launch.Request.RunPerNode).
+// The job's shape is known only once the nodes meet: no dry run, and the
+// status is lines or JSON events.
+func (o *RunOptions) runPerNode(ctx context.Context) error {
+	switch {
+	case len(o.Command) == 0:
+		return usage.Errorf("run: per-node mode runs a command (gtrain run --nnodes ... -- CMD); the built-in engine is not launched per node yet: use --hostfile")
+	case o.DryRun:
+		return usage.Errorf("run: --dry-run: a per-node job's nodes and ranks are known only when its nodes meet")
+	case o.MetricsAddr != "":
+		return usage.Errorf("run: --metrics-addr is not served in per-node mode yet")
+	}
+	view := status.NewLines(o.IO.Out, o.IO.Err, true)
+	if o.Output == "json" {
+		view = status.NewJSON(o.IO.Out)
+	}
+	err := o.RunPerNode(ctx, launch.Workload{Command: o.Command}, view, o.Signals.abort)
+	return endView(view, err)
+}
+
 // check validates flag values that need no I/O.
 func (o *RunOptions) check() error {
 	switch {
@@ -242,7 +268,12 @@ func (o *RunOptions) check() error {
 // execute runs job (launch.Request.Execute), showing it in view, and
 // ends the view with the job's exit code.
 func execute(ctx context.Context, o *LaunchOptions, job *launch.Job, view status.View) error {
-	err := o.Execute(ctx, job, view, o.Signals.abort)
+	return endView(view, o.Execute(ctx, job, view, o.Signals.abort))
+}
+
+// endView ends view with the job's exit code and returns err, which the
+// view has shown.
+func endView(view status.View, err error) error {
 	msg := "all ranks exited 0"
 	if err != nil {
 		msg = err.Error()

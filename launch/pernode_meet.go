@@ -1,0 +1,263 @@
+package launch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gtrain/gtrain/rendezvous"
+)
+
+// The membership round of per-node mode (pernode.go), in the job's store
+// so that both backends hold it alike. Under pernode/N/ for attempt N:
+//
+//	count      Add: each node's place in the order of joining (1, 2, ...)
+//	member/I   the I-th node's nodeInfo (JSON)
+//	closed     how many joined the round: the first to see MAX joined, or
+//	           MIN joined and the last call over, writes it (CompareAndSet),
+//	           and that count is the round, whoever else saw what
+//
+// Nodes that joined after the count are spares: they wait for the next
+// round. The job's end (pernode/end) ends every wait.
+
+// nodeInfo is what a node says of itself in a round.
+type nodeInfo struct {
+	Name        string `json:"name"`                 // --local-addr, else the hostname
+	Addr        string `json:"addr"`                 // where the other nodes reach it (MASTER_ADDR when it is node 0)
+	Nproc       int    `json:"nproc"`                // its ranks
+	Rank        int    `json:"rank"`                 // --node-rank; -1 for auto
+	Port        int    `json:"port"`                 // a port it found free: MASTER_PORT when it is node 0
+	MaxRestarts int    `json:"max_restarts"`         // must agree job-wide
+	StoreHost   bool   `json:"store_host,omitempty"` // it hosts the c10d store
+}
+
+// lastCall is how long a round that reached MIN nodes waits for more
+// before it closes (torchrun's last_call_timeout).
+var lastCall = 30 * time.Second
+
+func roundKey(n int, k string) string { return "pernode/" + strconv.Itoa(n) + "/" + k }
+
+// errSpare means the round closed without this node: it waits for the next.
+var errSpare = errors.New("the round closed without this node")
+
+// meetRound joins round n and returns its members in node-rank order and
+// this node's rank. It waits at most timeout for MIN nodes.
+func (pn *perNode) meetRound(ctx context.Context, n int, me nodeInfo, timeout time.Duration) ([]nodeInfo, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s := pn.store
+	i, err := s.Add(ctx, roundKey(n, "count"), 1)
+	if err != nil {
+		return nil, 0, pn.storeErr(ctx, "join round "+strconv.Itoa(n), err, timeout)
+	}
+	raw, _ := json.Marshal(me)
+	if err := s.Set(ctx, roundKey(n, "member/"+strconv.FormatInt(i, 10)), raw); err != nil {
+		return nil, 0, pn.storeErr(ctx, "join round "+strconv.Itoa(n), err, timeout)
+	}
+	closed, err := pn.waitClosed(ctx, n, i)
+	if err != nil {
+		return nil, 0, pn.storeErr(ctx, "round "+strconv.Itoa(n), err, timeout)
+	}
+	if i > closed {
+		return nil, 0, errSpare
+	}
+	members := make([]nodeInfo, closed)
+	for j := range members {
+		v, err := s.Get(ctx, roundKey(n, "member/"+strconv.Itoa(j+1)))
+		if err == nil {
+			err = json.Unmarshal(v, &members[j])
+		}
+		if err != nil {
+			return nil, 0, pn.storeErr(ctx, "read round "+strconv.Itoa(n), err, timeout)
+		}
+	}
+	return assignRanks(members, int(i-1))
+}
+
+// waitClosed waits until round n closes and returns its size. Node i
+// (1-based) learns of every later join through member/(i+1), ...
+func (pn *perNode) waitClosed(ctx context.Context, n int, i int64) (int64, error) {
+	known := i
+	var last <-chan time.Time
+	for {
+		if known >= int64(pn.max) {
+			return pn.closeRound(ctx, n, int64(pn.max))
+		}
+		if known >= int64(pn.min) && last == nil {
+			last = time.After(lastCall)
+		}
+		next, err := pn.waitNext(ctx, n, known+1, last)
+		switch {
+		case err != nil:
+			return 0, err
+		case next == 0: // the last call is over
+			return pn.closeRound(ctx, n, known)
+		case next < 0: // closed by another node
+			return pn.closedSize(ctx, n)
+		}
+		known = next
+	}
+}
+
+// waitNext waits for the k-th member of round n (returning k), the round's
+// close (-1), the last call (0), or the job's end (an error).
+func (pn *perNode) waitNext(ctx context.Context, n int, k int64, last <-chan time.Time) (int64, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan int64, 3)
+	errs := make(chan error, 3)
+	wait := func(key string, v int64) {
+		if _, err := pn.store.Get(wctx, key); err != nil {
+			errs <- err
+			return
+		}
+		got <- v
+	}
+	go wait(roundKey(n, "member/"+strconv.FormatInt(k, 10)), k)
+	go wait(roundKey(n, "closed"), -1)
+	go wait(endKey, -2)
+	select {
+	case v := <-got:
+		if v == -2 {
+			return 0, pn.ended(ctx)
+		}
+		return v, nil
+	case err := <-errs:
+		return 0, err
+	case <-last:
+		return 0, nil
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+}
+
+// closeRound closes round n at size k unless another node closed it first, and
+// returns the size it closed at.
+func (pn *perNode) closeRound(ctx context.Context, n int, k int64) (int64, error) {
+	_, cur, err := pn.store.CompareAndSet(ctx, roundKey(n, "closed"), nil, []byte(strconv.FormatInt(k, 10)))
+	if err != nil {
+		return 0, err
+	}
+	return parseSize(cur)
+}
+
+func (pn *perNode) closedSize(ctx context.Context, n int) (int64, error) {
+	v, err := pn.store.Get(ctx, roundKey(n, "closed"))
+	if err != nil {
+		return 0, err
+	}
+	return parseSize(v)
+}
+
+func parseSize(v []byte) (int64, error) {
+	k, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || k < 1 {
+		return 0, fmt.Errorf("malformed round size %q in the store", v)
+	}
+	return k, nil
+}
+
+// assignRanks orders a closed round's members (in joining order; mine is
+// the index of this node) by node rank: given ranks where given, then the
+// others in the order of their names (torchrun's c10d sorts its nodes
+// too, so that a restart keeps every node's rank). Every node computes the
+// same order from the same members.
+func assignRanks(members []nodeInfo, mine int) ([]nodeInfo, int, error) {
+	out := make([]nodeInfo, len(members))
+	taken := make([]bool, len(members))
+	names := map[string]bool{}
+	var auto []int
+	for j, m := range members {
+		if names[m.Name] {
+			return nil, 0, fmt.Errorf("launch: two nodes named %s joined the job: give each its own --local-addr", m.Name)
+		}
+		names[m.Name] = true
+		if m.MaxRestarts != members[0].MaxRestarts {
+			return nil, 0, fmt.Errorf("launch: node %s has --max-restarts %d, node %s %d: start every node with the same flags",
+				m.Name, m.MaxRestarts, members[0].Name, members[0].MaxRestarts)
+		}
+		switch {
+		case m.Rank < 0:
+			auto = append(auto, j)
+		case m.Rank >= len(members):
+			return nil, 0, fmt.Errorf("launch: node %s has --node-rank %d, but the job has %d nodes (ranks 0 to %d)", m.Name, m.Rank, len(members), len(members)-1)
+		case taken[m.Rank]:
+			return nil, 0, fmt.Errorf("launch: node %s and node %s both have --node-rank %d: give each node its own", out[m.Rank].Name, m.Name, m.Rank)
+		default:
+			taken[m.Rank] = true
+			out[m.Rank] = m
+		}
+	}
+	slices.SortFunc(auto, func(x, y int) int { return cmp.Compare(members[x].Name, members[y].Name) })
+	free := 0
+	myRank := -1
+	for _, j := range auto {
+		for taken[free] {
+			free++
+		}
+		taken[free] = true
+		out[free] = members[j]
+		if j == mine {
+			myRank = free
+		}
+	}
+	if myRank < 0 {
+		myRank = members[mine].Rank
+	}
+	return out, myRank, nil
+}
+
+// endKey holds the job's end, once a node leaves it for good (jobEnd).
+const endKey = "pernode/end"
+
+// jobEnd is the value of endKey.
+type jobEnd struct {
+	OK     bool   `json:"ok"`
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ended is the error of a node that finds the job ended without it.
+func (pn *perNode) ended(ctx context.Context) error {
+	v, err := pn.store.Get(ctx, endKey)
+	if err != nil {
+		return err
+	}
+	var e jobEnd
+	if err := json.Unmarshal(v, &e); err != nil {
+		return fmt.Errorf("launch: malformed job end in the store: %w", err)
+	}
+	return &jobEndedError{e}
+}
+
+// jobEndedError is the end of a job this node found over (a spare, or a
+// node started again with the same --rdzv-id).
+type jobEndedError struct{ end jobEnd }
+
+func (e *jobEndedError) Error() string {
+	if e.end.OK {
+		return fmt.Sprintf("launch: the job (--rdzv-id) ended already: it finished on the other nodes (node %s said so); choose another --rdzv-id for a new job", e.end.By)
+	}
+	return fmt.Sprintf("launch: the job (--rdzv-id) ended already: node %s stopped it: %s", e.end.By, e.end.Reason)
+}
+
+// storeErr names the rendezvous in a failed store request; a wait that ran
+// out says who is missing.
+func (pn *perNode) storeErr(ctx context.Context, op string, err error, timeout time.Duration) error {
+	var je *jobEndedError
+	if errors.As(err, &je) {
+		return err
+	}
+	if errors.Is(err, rendezvous.ErrAuth) {
+		return fmt.Errorf("launch: %s at %s: %w (every node must have the same --rdzv-secret-file or GTRAIN_RDZV_SECRET)", op, pn.endpoint, err)
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return fmt.Errorf("launch: %s at %s: not enough nodes joined within %v (--nnodes %d:%d): start gtrain run on every node with the same --rdzv-id, or raise --join-timeout", op, pn.endpoint, timeout, pn.min, pn.max)
+	}
+	return fmt.Errorf("launch: %s at %s: %w", op, pn.endpoint, err)
+}
