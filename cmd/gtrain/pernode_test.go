@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,5 +195,44 @@ func TestPerNodeWrongSecret(t *testing.T) {
 	none := startNode(t, c, 1, "", perNodeArgs(c, endpoint, "secret-job", 1, 2, nil, "true")...)
 	if code := none.wait(t, time.Minute); code != 2 || !strings.Contains(none.err.String(), "needs the job secret") {
 		t.Errorf("a node without a secret: exit %d, want 2 and a message saying it needs one:\n%s", code, none.err.String())
+	}
+}
+
+// TestPerNodeRestart: a rank failing in the first attempt restarts the
+// job on every node together (--max-restarts counts job-wide): both
+// nodes run attempt 1, with a new MASTER_PORT, and exit 0. Both nodes run
+// on this machine: the first to bind the endpoint hosts the rendezvous.
+func TestPerNodeRestart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	script := `if [ "$RANK" = 3 ] && mkdir "$OUT/failed" 2>/dev/null; then exit 7; fi; echo "attempt $TORCHELASTIC_RESTART_COUNT port $MASTER_PORT"`
+	var nodes []*node
+	for i := range 2 {
+		nodes = append(nodes, startNode(t, nil, i, testSecret, "run", "--nnodes", "2", "--rdzv-endpoint", endpoint,
+			"--rdzv-id", "restart-job", "--local-addr", "127.0.0."+strconv.Itoa(i+1), "--nproc-per-node", "2",
+			"--table", "never", "--heartbeat", "500ms", "--grace-period", "3s", "--max-restarts", "1",
+			"--env", "OUT="+dir, "--", "sh", "-c", script))
+	}
+	ports := map[string]bool{}
+	for i, n := range nodes {
+		if code := n.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("node %d: exit %d\n%s", i, code, n.err.String())
+		}
+		if !strings.Contains(n.err.String(), "restarting the job") || !strings.Contains(n.err.String(), "attempt 1)") {
+			t.Errorf("node %d did not restart with the job:\n%s", i, n.err.String())
+		}
+		for _, line := range strings.Split(n.out.String(), "\n") {
+			if _, p, ok := strings.Cut(line, "attempt 1 port "); ok {
+				ports[p] = true
+			}
+		}
+	}
+	if len(ports) != 1 {
+		t.Errorf("attempt 1's ranks got MASTER_PORTs %v: want one, the same on both nodes", ports)
 	}
 }
