@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -246,7 +247,7 @@ func (na *nodeAttempt) stopped(s nodeStop) {
 		switch {
 		case p == nil:
 		case na.name(i) == blame:
-			msg := "node " + s.Node + ": " + s.Reason
+			msg := "node " + s.Node + " stopped the job: " + s.Reason
 			if s.By != s.Node {
 				msg = fmt.Sprintf("node %s stopped the job: node %s: %s", s.By, s.Node, s.Reason)
 			}
@@ -292,13 +293,24 @@ func (t *nodeTransport) Start(ctx context.Context, h Host, asg *proto.Assignment
 type nodeLocalConn struct {
 	AgentConn
 	na *nodeAttempt
+
+	mu      sync.Mutex
+	failure string // its first rank that failed, for the other nodes
 }
 
 // Recv implements AgentConn.
 func (c *nodeLocalConn) Recv() (proto.Event, error) {
 	ev, err := c.AgentConn.Recv()
-	if err == nil && ev.Type == proto.EventDone {
+	switch {
+	case err != nil:
+	case ev.Type == proto.EventDone:
 		go c.na.publishDone()
+	case ev.Type == proto.EventRankExited && ev.Code != 0 && !ev.Killed:
+		c.mu.Lock()
+		if c.failure == "" {
+			c.failure = fmt.Sprintf("rank %d (local rank %d) exited with code %d", ev.Rank, ev.Local, ev.Code)
+		}
+		c.mu.Unlock()
 	}
 	return ev, err
 }
@@ -323,7 +335,9 @@ func (c *nodeLocalConn) Send(cmd proto.Command) error {
 	if cmd.Type == proto.CommandStop || cmd.Type == proto.CommandKill {
 		na := c.na
 		me := na.name(na.me)
-		reason := cmd.Reason
+		c.mu.Lock()
+		reason := cmp.Or(c.failure, cmd.Reason)
+		c.mu.Unlock()
 		if cmd.Signal != "" {
 			reason += " (" + cmd.Signal + ")"
 		}

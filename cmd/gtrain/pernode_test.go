@@ -173,7 +173,7 @@ func TestPerNodeRankFailure(t *testing.T) {
 	if code := nodes[0].wait(t, time.Minute); code != 1 {
 		t.Errorf("node 0: exit %d, want 1\n%s", code, nodes[0].err.String())
 	}
-	if s := nodes[0].err.String(); !strings.Contains(s, "node "+c.Hosts[1].IP+": rank 3 failed") {
+	if s := nodes[0].err.String(); !strings.Contains(s, "node "+c.Hosts[1].IP+" stopped the job: rank 3 (local rank 1) exited with code 7") {
 		t.Errorf("node 0's stderr does not name node %s and rank 3:\n%s", c.Hosts[1].IP, s)
 	}
 }
