@@ -18,6 +18,15 @@ if [ "$(id -u)" != 0 ]; then
 	echo "fanout.sh: network namespaces need root: run it with sudo -E" >&2
 	exit 2
 fi
+# pyenv's rehash (run by root's .bashrc in every SSH session here) locks
+# ~/.pyenv/shims/.pyenv-shim; a rehash killed mid-way (a run's cleanup
+# kills everything in its namespaces) leaves it, and every later shell
+# then waits 60 s for it, which times the hosts out.
+lock=${PYENV_ROOT:-$HOME/.pyenv}/shims/.pyenv-shim
+if [ -e "$lock" ] && ! pgrep -f pyenv-rehash >/dev/null; then
+	echo "fanout.sh: $lock exists but no pyenv rehash runs: a stale lock that makes every shell wait 60 s; remove it first" >&2
+	exit 2
+fi
 echo "# docs/bench/fanout.sh $runs $hosts: $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(ssh -V 2>&1), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # The machine's limits for many hosts: open files, ephemeral ports.
 echo "# ulimit -n $(ulimit -n) (hard $(ulimit -Hn)); ip_local_port_range $(cat /proc/sys/net/ipv4/ip_local_port_range | xargs)"
