@@ -24,13 +24,13 @@ func (o *RunOptions) checkMetricsAddr() error {
 	return launch.ParseMetricsAddr(o.MetricsAddr)
 }
 
-// executeWithMetrics runs job in its view, and with --metrics-addr serves
-// its metrics for as long as it runs.
-func (o *RunOptions) executeWithMetrics(ctx context.Context, job *launch.Job) error {
+// executeWithMetrics runs job with lo (the run's launch options and its
+// planning hook) in its view, and with --metrics-addr serves its metrics,
+// layout naming it in their job info, for as long as it runs.
+func (o *RunOptions) executeWithMetrics(ctx context.Context, lo *LaunchOptions, job *launch.Job, layout string) error {
 	if o.MetricsAddr == "" {
-		return execute(ctx, &o.LaunchOptions, job, o.view(job))
+		return execute(ctx, lo, job, o.view(job))
 	}
-	layout := o.layout
 	if layout == "" {
 		layout = fmt.Sprintf("command, %d ranks", len(job.RankInfos()))
 	}
@@ -39,7 +39,7 @@ func (o *RunOptions) executeWithMetrics(ctx context.Context, job *launch.Job) er
 		return err
 	}
 	fmt.Fprintf(o.IO.Err, "gtrain: Prometheus metrics on http://%s/metrics\n", exp.Addr())
-	return execute(ctx, &o.LaunchOptions, job, status.Multi(o.view(job), exp))
+	return execute(ctx, lo, job, status.Multi(o.view(job), exp))
 }
 
 // engineLayout names the built-in engine's layout for gtrain_job_info.

@@ -50,9 +50,18 @@ type RunOptions struct {
 	DryRun  bool
 	Auto    bool // built-in engine: pick the layout with the planner (auto.go)
 	// MetricsAddr is --metrics-addr, where to serve Prometheus metrics
-	// (metrics.go); layout is the job's, for their job info.
+	// (metrics.go).
 	MetricsAddr string
-	layout      string
+}
+
+// engineLaunch is what launchEngine decides besides the workload, kept out
+// of the options (which stay as parsed): the rank grid --dry-run prints
+// (nil without tensor or pipeline parallelism), the layout the metrics'
+// job info names, and the planning hook of each attempt (launch.Runtime.Plan).
+type engineLaunch struct {
+	grid   *planner.Grid
+	layout string
+	plan   func(context.Context, launch.World) (launch.Planned, error)
 }
 
 // NewCmdRun wires the flags of `gtrain run` into RunOptions; runF (runRun
@@ -157,7 +166,7 @@ func runRun(ctx context.Context, o *RunOptions) error {
 	if len(o.Command) == 0 {
 		return runEngine(ctx, o)
 	}
-	return o.launch(ctx, launch.Workload{Command: o.Command}, nil)
+	return o.launch(ctx, launch.Workload{Command: o.Command}, engineLaunch{})
 }
 
 // runEngine runs a fresh job of the built-in engine, prepared by
@@ -196,33 +205,34 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	}
 	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
 		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
-	var grid *planner.Grid
+	e := engineLaunch{layout: engineLayout(j.Spec)}
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
-		grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
+		e.grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
 	}
-	o.layout = engineLayout(j.Spec)
 	if o.NNodes != "" || (o.Auto && o.Hostfile != "") {
 		line := func(c train.AutoChoice) string { return strings.TrimPrefix(autoLine(c), "gtrain: ") }
-		o.Plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
+		e.plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
 	}
-	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, grid)
+	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, e)
 }
 
 // launch resolves the job whose ranks run w and runs it, or with --dry-run
 // prints it, and (as text) the rank grid of the built-in engine's tensor-
-// and pipeline-parallel layout when grid is not nil.
-func (o *RunOptions) launch(ctx context.Context, w launch.Workload, grid *planner.Grid) error {
-	job, err := o.Resolve(ctx, w)
+// and pipeline-parallel layout when e has one.
+func (o *RunOptions) launch(ctx context.Context, w launch.Workload, e engineLaunch) error {
+	lo := o.LaunchOptions // a copy: the planning hook is this job's, not a flag's
+	lo.Plan = e.plan
+	job, err := lo.Resolve(ctx, w)
 	if err != nil {
 		return err
 	}
 	if o.DryRun {
-		if err := printJob(ctx, o.IO.Out, job, o.Output); err != nil || grid == nil || o.Output != outputText {
+		if err := printJob(ctx, o.IO.Out, job, o.Output); err != nil || e.grid == nil || o.Output != outputText {
 			return err
 		}
-		return printJobGrid(ctx, o.IO.Out, job, *grid)
+		return printJobGrid(ctx, o.IO.Out, job, *e.grid)
 	}
-	return o.executeWithMetrics(ctx, job)
+	return o.executeWithMetrics(ctx, &lo, job, e.layout)
 }
 
 // runPerNode runs this node of a per-node job (launch.Request.RunPerNode).
