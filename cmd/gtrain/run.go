@@ -85,7 +85,7 @@ built-in default job: a tiny GPT trained on a synthetic corpus.
 
 Flags come before the command; everything from the command on is passed to it.`,
 		Example: `  gtrain run
-  gtrain run --job examples/jobs/tiny.yaml --set optim.lr=1e-3
+  gtrain run --job examples/jobs/default.yaml --set optim.lr=1e-3
   gtrain run --nproc-per-node 4 -- python3 train.py --lr 3e-4
   gtrain run --hostfile hosts.txt --exclude worker-1:0 -- python3 train.py
   gtrain run --dry-run --output json --nproc-per-node 2 -- ./a.out`,
@@ -107,7 +107,7 @@ Flags come before the command; everything from the command on is passed to it.`,
 	f.StringVar(&opts.Table, "table", "auto", "live status table on stderr: auto (when a terminal), always, never")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "resolve hosts, ranks and environments, print the job, start nothing")
 	addMetricsFlag(f, opts)
-	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
+	f.BoolVar(&opts.Auto, "auto", false, "built-in engine: choose tp, pp (and virtual stages), dp, ZeRO stage, micro-batch, grad accumulation and recompute with the planner (same global batch)")
 	return cmd
 }
 
