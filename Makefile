@@ -6,6 +6,9 @@ SHELL := /bin/bash
 GO ?= go
 PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# go-nvml's cgo code (launch/detect) calls NVML functions NVIDIA marks
+# deprecated; gcc's warnings about them say nothing about gtrain.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: build demo demo-ddp test test-busy deps vet fuzz bench-collectives bench-collectives-hosts bench-gemm bench-train bench-dp bench-grid bench-plan bench-ckpt-async bench-bf16
 
