@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/gtrain/gtrain/launch/detect"
 
 	"github.com/gtrain/gtrain/internal/hostinfo"
 	"github.com/gtrain/gtrain/internal/rankenv"
@@ -176,24 +177,10 @@ func hostName(h *hostinfo.Host) string {
 }
 
 // FormatCPUList writes CPU numbers as Linux lists them
-// (/proc/self/status's Cpus_allowed_list, taskset -c): "0-3,8,10-11".
+// (/proc/self/status's Cpus_allowed_list, taskset -c): "0-3,8,10-11",
+// sorted (detect.FormatList keeps the order given).
 func FormatCPUList(cpus []int) string {
 	s := slices.Clone(cpus)
 	slices.Sort(s)
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		j := i
-		for j+1 < len(s) && s[j+1] == s[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(s[i]))
-		if j > i {
-			b.WriteString("-" + strconv.Itoa(s[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
+	return detect.FormatList(s)
 }
