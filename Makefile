@@ -79,8 +79,11 @@ fuzz:
 test: export GTRAIN_REQUIRE_ETCD = 1
 test: export GTRAIN_REQUIRE_PROMETHEUS = 1
 test: export GTRAIN_REQUIRE_PROTOBUF = 1
+# -timeout: engine/train and cmd/gtrain take about 5 minutes each under
+# -race on a quiet 2-core machine, twice that with both cores loaded, which
+# is go test's default limit.
 test: deps vet
-	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 GTRAIN_REQUIRE_SLURM=1 $(GO) test -race -count=1 ./...
+	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 GTRAIN_REQUIRE_SLURM=1 $(GO) test -race -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels
 	$(MAKE) fuzz
 
