@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gtrain/gtrain/engine/ckpt"
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // maxSeriesPoints bounds the steps a RunSummary holds: ten million steps
@@ -48,8 +49,15 @@ type SeriesPoint struct {
 func SummarizeRun(dir string) (RunSummary, error) {
 	s := RunSummary{Dir: dir}
 	path := filepath.Join(dir, MetricsFile)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		what := "not a directory"
+		if err != nil {
+			what = "no such directory"
+		}
+		return s, usage.Errorf("runs: %s: %s: name a run directory of the built-in engine (its checkpoint.dir)", dir, what)
+	}
 	if _, err := os.Stat(path); err != nil {
-		return s, fmt.Errorf("runs: %s: %w; a run directory of the built-in engine (checkpoint.dir) holds one", dir, err)
+		return s, usage.Errorf("runs: %s: no %s in it: name a run directory of the built-in engine (its checkpoint.dir), where every run keeps one", dir, MetricsFile)
 	}
 	var first MetricsLine
 	var tokens float64
