@@ -30,9 +30,12 @@ while [ ! -e ` + dir + `/ready ]; do sleep 0.05; done; exit 75`
 // end the job resumable, not successful.
 func TestAgentPreemptedBySlurm(t *testing.T) {
 	dir := t.TempDir()
-	// Both ranks save on SIGTERM; rank 0 signals their agent (its parent)
-	// once both are ready.
-	script := `trap 'exit 75' TERM; touch ` + dir + `/ready.$RANK
+	// Both ranks save on SIGTERM, and on SIGUSR1 as gtrain's worker does:
+	// once the first rank has exited 75 the launcher stops the others with
+	// SIGUSR1, which on a loaded machine can reach a rank before its
+	// agent's SIGTERM has (sh runs a trap only after its sleep). Rank 0
+	// signals their agent (its parent) once both are ready.
+	script := `trap 'exit 75' TERM USR1; touch ` + dir + `/ready.$RANK
 if [ "$RANK" = 0 ]; then while [ ! -e ` + dir + `/ready.1 ]; do sleep 0.05; done; kill -TERM $PPID; fi
 while :; do sleep 0.05; done`
 	_, err := runJob(t, t.Context(), 2, 30*time.Second, script)
