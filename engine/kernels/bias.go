@@ -29,11 +29,7 @@ func BiasBackward(dbias, dout []float32, N, OC int) {
 		a := acc[:w]
 		clear(a)
 		for n := 0; n < N; n++ {
-			d := dout[n*OC+c0 : n*OC+c0+w]
-			d = d[:len(a)]
-			for i, v := range d {
-				a[i] += float64(v)
-			}
+			addF64(a, dout[n*OC+c0:n*OC+c0+w])
 		}
 		db := dbias[c0 : c0+w]
 		db = db[:len(a)]

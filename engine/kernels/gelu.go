@@ -39,15 +39,9 @@ func geluRange(out, inp []float32) {
 	for i0 := 0; i0 < len(inp); i0 += geluBlock {
 		x := inp[i0:min(i0+geluBlock, len(inp))]
 		e := buf[:len(x)]
-		for i, v := range x {
-			e[i] = -2 * geluS * (v + geluC*v*v*v)
-		}
+		geluArg(e, x)
 		expInPlace(e)
-		o := out[i0 : i0+len(x)]
-		o = o[:len(x)]
-		for i, v := range x {
-			o[i] = v / (1 + e[i])
-		}
+		geluOut(out[i0:i0+len(x)], x, e)
 	}
 }
 
@@ -70,18 +64,8 @@ func geluBackwardRange(dinp, inp, dout []float32) {
 	for i0 := 0; i0 < len(inp); i0 += geluBlock {
 		x := inp[i0:min(i0+geluBlock, len(inp))]
 		e := buf[:len(x)]
-		for i, v := range x {
-			e[i] = -2 * geluS * (v + geluC*v*v*v)
-		}
+		geluArg(e, x)
 		expInPlace(e)
-		di, d := dinp[i0:i0+len(x)], dout[i0:i0+len(x)]
-		di, d = di[:len(x)], d[:len(x)]
-		for i, v := range x {
-			// e^(-2u) is +Inf for x below about -9.5; then σ = 0 and the
-			// second term is 0·x (never Inf·0, which 1-σ = e·σ would give).
-			sig := 1 / (1 + e[i])
-			du := geluS * (1 + 3*geluC*v*v)
-			di[i] += (sig + 2*v*sig*(1-sig)*du) * d[i]
-		}
+		geluGradOut(dinp[i0:i0+len(x)], x, e, dout[i0:i0+len(x)])
 	}
 }

@@ -76,3 +76,13 @@ func BenchmarkCrossEntropy(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkBiasBackward(b *testing.B) {
+	r := newRand(44)
+	N, OC := 2048, 1536
+	dout, dbias := randSlice(r, N*OC, 1), make([]float32, OC)
+	b.SetBytes(int64(4 * N * OC))
+	for b.Loop() {
+		BiasBackward(dbias, dout, N, OC)
+	}
+}

@@ -1,0 +1,80 @@
+package kernels
+
+// The element-wise loops of GELU and of the bias gradient, with vector
+// forms (elementwise_amd64.s: AVX2, eight lanes) that compute exactly what
+// the Go loops here compute, operation by operation: each vector
+// instruction rounds as the scalar one it replaces, and nothing is fused
+// or reordered, so the results are the same bits on every path
+// (TestElementwiseMatchesGo). The Go loops convert each product
+// explicitly to float32, which forbids the compiler to fuse it into a
+// multiply-add (it may where FMA is always available, GOAMD64=v3): the
+// assembly does not fuse, and the two must agree.
+
+// geluK holds GELU's constants as float32, as the Go loops round them:
+// the constant expressions -2·√(2/π) and 3·0.044715 are folded exactly
+// and rounded once.
+var geluK = [4]float32{geluC, -2 * geluS, 3 * geluC, geluS}
+
+// geluArg writes e = -2·√(2/π)·(x + 0.044715·x³), GELU's argument of the
+// exponential, for len(x) values.
+func geluArg(e, x []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		geluArgAVX2(e[:n], x[:n], &geluK)
+	}
+	e = e[:len(x)]
+	for i := n; i < len(x); i++ {
+		v := x[i]
+		c3 := float32(float32(geluK[0]*v)*v) * v
+		e[i] = geluK[1] * (v + c3)
+	}
+}
+
+// geluOut writes o = x / (1 + e) for len(x) values: GELU from x and
+// e^(-2u).
+func geluOut(o, x, e []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		geluOutAVX2(o[:n], x[:n], e[:n])
+	}
+	o, e = o[:len(x)], e[:len(x)]
+	for i := n; i < len(x); i++ {
+		o[i] = x[i] / (1 + e[i])
+	}
+}
+
+// geluGradOut adds gelu'(x)·d to di for len(x) values, from x and
+// e = e^(-2u) (see GeluBackward).
+func geluGradOut(di, x, e, d []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		geluGradOutAVX2(di[:n], x[:n], e[:n], d[:n], &geluK)
+	}
+	di, e, d = di[:len(x)], e[:len(x)], d[:len(x)]
+	for i := n; i < len(x); i++ {
+		v := x[i]
+		// e^(-2u) is +Inf for x below about -9.5; then σ = 0 and the
+		// second term is 0·x (never Inf·0, which 1-σ = e·σ would give).
+		sig := 1 / (1 + e[i])
+		du := geluK[3] * (1 + float32(float32(geluK[2]*v)*v))
+		t := float32(float32(float32(2*v)*sig)*(1-sig)) * du
+		di[i] += float32((sig + t) * d[i])
+	}
+}
+
+// addF64 adds d, widened to float64, to acc elementwise: one row of
+// BiasBackward's column sums, in the order of the rows as before.
+func addF64(acc []float64, d []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(d) &^ 7
+		addF64AVX2(acc[:n], d[:n])
+	}
+	acc = acc[:len(d)]
+	for i := n; i < len(d); i++ {
+		acc[i] += float64(d[i])
+	}
+}

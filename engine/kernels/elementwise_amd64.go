@@ -1,0 +1,28 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2Elem selects the vector element-wise loops of elementwise.go
+// (AVX2 alone: they neither fuse nor need the 512-bit registers, and are
+// mostly memory bound). Under -race the Go loops run instead, so that the
+// race detector sees every access of the callers' slices (it does not see
+// the assembly's).
+var useAVX2Elem = cpu.X86.HasAVX2 && !raceEnabled
+
+// The assembly loops take lengths that are a multiple of 8 (the callers
+// do the tails in Go) and the other slices at least as long as the first
+// input.
+
+//go:noescape
+func geluArgAVX2(e, x []float32, k *[4]float32)
+
+//go:noescape
+func geluOutAVX2(o, x, e []float32)
+
+//go:noescape
+func geluGradOutAVX2(di, x, e, d []float32, k *[4]float32)
+
+//go:noescape
+func addF64AVX2(acc []float64, d []float32)

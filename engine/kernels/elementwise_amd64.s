@@ -1,0 +1,138 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The vector loops of elementwise.go: eight float32 lanes, each
+// instruction the rounding of one scalar operation of the Go loop, in the
+// same order (no fused multiply-adds). Lengths are multiples of 8.
+
+DATA elemOne<>+0(SB)/4, $0x3f800000 // 1
+GLOBL elemOne<>(SB), RODATA|NOPTR, $4
+
+// func geluArgAVX2(e, x []float32, k *[4]float32)
+//
+// e = k1·(x + ((k0·x)·x)·x).
+TEXT ·geluArgAVX2(SB), NOSPLIT, $0-56
+	MOVQ e_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ x_len+32(FP), CX
+	MOVQ k+48(FP), AX
+	SHRQ $3, CX
+	JZ   argDone
+	VBROADCASTSS 0(AX), Y15 // 0.044715
+	VBROADCASTSS 4(AX), Y14 // -2·√(2/π)
+
+argLoop:
+	VMOVUPS (SI), Y0
+	VMULPS  Y0, Y15, Y1
+	VMULPS  Y0, Y1, Y1
+	VMULPS  Y0, Y1, Y1
+	VADDPS  Y1, Y0, Y1
+	VMULPS  Y1, Y14, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     argLoop
+
+argDone:
+	VZEROUPPER
+	RET
+
+// func geluOutAVX2(o, x, e []float32)
+//
+// o = x / (1 + e).
+TEXT ·geluOutAVX2(SB), NOSPLIT, $0-72
+	MOVQ o_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ x_len+32(FP), CX
+	MOVQ e_base+48(FP), DX
+	SHRQ $3, CX
+	JZ   outDone
+	VBROADCASTSS elemOne<>(SB), Y15
+
+outLoop:
+	VADDPS  (DX), Y15, Y1
+	VMOVUPS (SI), Y0
+	VDIVPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     outLoop
+
+outDone:
+	VZEROUPPER
+	RET
+
+// func geluGradOutAVX2(di, x, e, d []float32, k *[4]float32)
+//
+// σ = 1/(1 + e); du = k3·(1 + (k2·x)·x);
+// di += (σ + (((2x)·σ)·(1 - σ))·du)·d.
+TEXT ·geluGradOutAVX2(SB), NOSPLIT, $0-104
+	MOVQ di_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ x_len+32(FP), CX
+	MOVQ e_base+48(FP), DX
+	MOVQ d_base+72(FP), R8
+	MOVQ k+96(FP), AX
+	SHRQ $3, CX
+	JZ   gradDone
+	VBROADCASTSS elemOne<>(SB), Y15
+	VBROADCASTSS 8(AX), Y14         // 3·0.044715
+	VBROADCASTSS 12(AX), Y13        // √(2/π)
+
+gradLoop:
+	VMOVUPS (SI), Y0
+	VADDPS  (DX), Y15, Y1
+	VDIVPS  Y1, Y15, Y2 // σ
+	VMULPS  Y0, Y14, Y3
+	VMULPS  Y0, Y3, Y3
+	VADDPS  Y15, Y3, Y3
+	VMULPS  Y3, Y13, Y3 // du
+	VADDPS  Y0, Y0, Y4  // 2x, exact
+	VMULPS  Y2, Y4, Y4
+	VSUBPS  Y2, Y15, Y5 // 1 - σ
+	VMULPS  Y5, Y4, Y4
+	VMULPS  Y3, Y4, Y4
+	VADDPS  Y4, Y2, Y4
+	VMULPS  (R8), Y4, Y4
+	VADDPS  (DI), Y4, Y4
+	VMOVUPS Y4, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, R8
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     gradLoop
+
+gradDone:
+	VZEROUPPER
+	RET
+
+// func addF64AVX2(acc []float64, d []float32)
+//
+// acc += float64(d), eight at a time.
+TEXT ·addF64AVX2(SB), NOSPLIT, $0-48
+	MOVQ acc_base+0(FP), DI
+	MOVQ d_base+24(FP), SI
+	MOVQ d_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   addDone
+
+addLoop:
+	VCVTPS2PD (SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VADDPD    (DI), Y0, Y0
+	VADDPD    32(DI), Y1, Y1
+	VMOVUPD   Y0, (DI)
+	VMOVUPD   Y1, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       addLoop
+
+addDone:
+	VZEROUPPER
+	RET

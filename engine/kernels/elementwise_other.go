@@ -1,0 +1,13 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// useAVX2Elem is false: the Go loops of elementwise.go run.
+const useAVX2Elem = false
+
+// The vector loops are never called where useAVX2Elem is false.
+
+func geluArgAVX2(e, x []float32, k *[4]float32)            {}
+func geluOutAVX2(o, x, e []float32)                        {}
+func geluGradOutAVX2(di, x, e, d []float32, k *[4]float32) {}
+func addF64AVX2(acc []float64, d []float32)                {}

@@ -1,0 +1,88 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// elemInputs is n values for the element-wise loops: mostly GELU's range
+// of interest, with the far tails (where e^(-2u) overflows), zeros of both
+// signs, subnormals, huge values and infinities mixed in.
+func elemInputs(r *rand.Rand, n int) []float32 {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, 1e30, -1e30,
+		float32(math.Inf(1)), float32(math.Inf(-1)), -9.6, -20, 20, 3e-3}
+	x := randSlice(r, n, 6)
+	for i := range x {
+		if r.IntN(5) == 0 {
+			x[i] = special[r.IntN(len(special))]
+		}
+	}
+	return x
+}
+
+// sameBits is a bit-for-bit comparison that also takes any NaN for any
+// other (a NaN's sign and payload are not part of the contract).
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// TestElementwiseMatchesGo: the element-wise loops (the AVX2 assembly where
+// the CPU has it, with the Go tail) give the very bits of the scalar
+// formulas GeluForward, GeluBackward and BiasBackward used before them,
+// every product rounded to float32 in the written order, on every length
+// from 0 to 80 (every tail of the 8-lane loop) and at every offset from
+// an aligned start.
+func TestElementwiseMatchesGo(t *testing.T) {
+	if !useAVX2Elem {
+		t.Logf("no AVX2 (or -race): this checks the Go loops alone")
+	}
+	r := newRand(90)
+	for n := range 81 {
+		for off := range 3 {
+			t.Run(fmt.Sprintf("n%d/off%d", n, off), func(t *testing.T) {
+				x := elemInputs(r, n+off)[off:]
+				e := make([]float32, n+off)[off:]
+				geluArg(e, x)
+				for i, v := range x {
+					want := float32(-2*geluS) * (v + float32(float32(float32(geluC)*v)*v)*v)
+					if !sameBits(e[i], want) {
+						t.Fatalf("geluArg(%g)[%d] = %g, want %g", v, i, e[i], want)
+					}
+				}
+				expInPlace(e)
+				o := make([]float32, n+off)[off:]
+				geluOut(o, x, e)
+				d := elemInputs(r, n)
+				di := randSlice(r, n, 1)
+				want := append([]float32(nil), di...)
+				geluGradOut(di, x, e, d)
+				for i, v := range x {
+					if w := v / (1 + e[i]); !sameBits(o[i], w) {
+						t.Fatalf("geluOut(%g)[%d] = %g, want %g", v, i, o[i], w)
+					}
+					sig := 1 / (1 + e[i])
+					du := float32(geluS) * (1 + float32(float32(float32(3*geluC)*v)*v))
+					want[i] += float32((sig + float32(float32(float32(2*v)*sig)*(1-sig))*du) * d[i])
+					if !sameBits(di[i], want[i]) {
+						t.Fatalf("geluGradOut(x %g, d %g)[%d] = %g, want %g", v, d[i], i, di[i], want[i])
+					}
+				}
+				acc := make([]float64, n)
+				wantAcc := make([]float64, n)
+				for range 3 {
+					addF64(acc, x)
+					for i, v := range x {
+						wantAcc[i] += float64(v)
+					}
+				}
+				for i := range acc {
+					if math.Float64bits(acc[i]) != math.Float64bits(wantAcc[i]) && !(acc[i] != acc[i] && wantAcc[i] != wantAcc[i]) {
+						t.Fatalf("addF64[%d] = %g, want %g", i, acc[i], wantAcc[i])
+					}
+				}
+			})
+		}
+	}
+}
