@@ -97,25 +97,14 @@ func (o *AdamW) UpdateParts(parts []Part, lr float64, gradScale float32) {
 	stepSize := float32(lr) / bc1
 	sqrtBC2 := float32(math.Sqrt(float64(bc2)))
 	eps := float32(c.Eps)
+	k := adamwK{scale: gradScale, b1: b1, omb1: 1 - b1, b2: b2, omb2: 1 - b2, sqrtBC2: sqrtBC2, eps: eps, stepSize: stepSize}
 	for _, pt := range parts {
-		decay := float32(1)
+		k.decay = 1
 		if pt.Decay {
-			decay = float32(1 - lr*c.WeightDecay)
+			k.decay = float32(1 - lr*c.WeightDecay)
 		}
-		p, gr := pt.P, pt.G[:len(pt.P)]
-		m := o.M[pt.At : pt.At+len(p)]
-		v := o.V[pt.At : pt.At+len(p)]
-		for i := range p {
-			gi := gr[i]
-			if gradScale != 1 {
-				gi *= gradScale
-			}
-			mi := b1*m[i] + (1-b1)*gi
-			vi := b2*v[i] + (1-b2)*gi*gi
-			m[i], v[i] = mi, vi
-			denom := sqrt32(vi)/sqrtBC2 + eps
-			p[i] = p[i]*decay - stepSize*mi/denom
-		}
+		p := pt.P
+		adamwUpdate(p, pt.G[:len(p)], o.M[pt.At:pt.At+len(p)], o.V[pt.At:pt.At+len(p)], &k)
 	}
 }
 
