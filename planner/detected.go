@@ -301,6 +301,15 @@ func (s CPUSpeed) orDefault() CPUSpeed {
 	}
 }
 
+// HostMemory is the memory CPUTopologyWith gives h's ranks together: its
+// NUMA nodes' total, capped by its cgroup's limit. Callers show it beside
+// a plan, so that a user sees which figure each host was planned with.
+func HostMemory(h hostinfo.Host) int64 { return hostMemory(h) }
+
+// HostCPUs is the CPUs CPUTopologyWith gives h's ranks together (before
+// --bind's share of each rank).
+func HostCPUs(h hostinfo.Host) int { return hostCPUs(h) }
+
 // hostMemory is h's memory for ranks: its NUMA nodes' total, capped by its
 // cgroup's memory.max.
 func hostMemory(h hostinfo.Host) int64 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/hostinfo"
@@ -84,23 +85,7 @@ func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned
 func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, error) {
 	if p.o.Auto {
 		if hosts, ok := reported(w.Facts); ok {
-			top, warns, err := planner.CPUTopologyWith(hosts, w.Slots, p.figures(w))
-			if err != nil {
-				return nil, fmt.Errorf("run --auto: the hosts' reported facts: %w", err)
-			}
-			accum := 0
-			if w.Attempt > 0 {
-				accum = p.cur.Batch.GradAccum
-			}
-			spec, choice, err := train.AutoLayoutOn(p.job.Spec, top, p.global, accum)
-			if err != nil {
-				return nil, err
-			}
-			*notes = append(*notes, warns...)
-			if p.o.Line != nil {
-				*notes = append(*notes, "from the hosts' reported facts: "+p.o.Line(choice))
-			}
-			return &spec, nil
+			return p.autoSpec(w, hosts, notes)
 		}
 	}
 	if w.Size == p.first && w.Attempt == 0 {
@@ -114,6 +99,77 @@ func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, 
 	*notes = append(*notes, fmt.Sprintf("attempt %d runs on %d ranks: tp %d × pp %d × dp %d, micro_batch %d × grad_accum %d, the global batch stays %d sequences",
 		w.Attempt, w.Size, max(q.TP, 1), max(q.PP, 1), q.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum, p.global))
 	return &spec, nil
+}
+
+// autoSpec is the spec laid out for w from what its hosts reported
+// (--auto on a hostfile's hosts). The notes say first which memory and
+// CPUs each host reported, the figures the plan rests on, so that a
+// refusal too shows which host was short, then the planner's warnings and
+// the layout.
+func (p *attemptPlanner) autoSpec(w launch.World, hosts []hostinfo.Host, notes *[]string) (*train.Spec, error) {
+	*notes = append(*notes, reportedNote(w, hosts))
+	top, warns, err := planner.CPUTopologyWith(hosts, w.Slots, p.figures(w))
+	*notes = append(*notes, warns...)
+	if err != nil {
+		return nil, fmt.Errorf("run --auto: the hosts' reported facts: %w", err)
+	}
+	accum := 0
+	if w.Attempt > 0 {
+		accum = p.cur.Batch.GradAccum
+	}
+	spec, choice, err := train.AutoLayoutOn(p.job.Spec, top, p.global, accum)
+	if err != nil {
+		name, mem := leastMemory(w, hosts)
+		return nil, fmt.Errorf("%w (every host planned with the least memory reported: %s on %s)", err, sizeText(mem), name)
+	}
+	if p.o.Line != nil {
+		*notes = append(*notes, "from the hosts' reported facts: "+p.o.Line(choice))
+	}
+	return &spec, nil
+}
+
+// reportedNote names the memory and CPUs each host of w reported, as the
+// planner counts them (planner.HostMemory, HostCPUs).
+func reportedNote(w launch.World, hosts []hostinfo.Host) string {
+	parts := make([]string, len(hosts))
+	for i, h := range hosts {
+		mem := planner.HostMemory(h)
+		from := ""
+		if c := h.Cgroup.MemoryBytes; c > 0 && c == mem {
+			from = " (its cgroup's limit)"
+		}
+		parts[i] = fmt.Sprintf("%s %s%s and %d CPUs", hostName(w, i, h), sizeText(mem), from, planner.HostCPUs(h))
+	}
+	return "--auto: the hosts reported " + strings.Join(parts, "; ")
+}
+
+// leastMemory is the host of w that reported the least memory, and that
+// memory: the one every host is planned with.
+func leastMemory(w launch.World, hosts []hostinfo.Host) (string, int64) {
+	least := 0
+	for i, h := range hosts {
+		if planner.HostMemory(h) < planner.HostMemory(hosts[least]) {
+			least = i
+		}
+	}
+	return hostName(w, least, hosts[least]), planner.HostMemory(hosts[least])
+}
+
+// hostName is node i of w as the hostfile names it, else as it named
+// itself.
+func hostName(w launch.World, i int, h hostinfo.Host) string {
+	if i < len(w.Hosts) && w.Hosts[i].Name != "" {
+		return w.Hosts[i].Name
+	}
+	return h.Name
+}
+
+// sizeText is b bytes in MiB below a GiB, else in GiB.
+func sizeText(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 }
 
 // figures are what the planner is told of w's ranks besides the hosts'

@@ -103,3 +103,35 @@ func TestPlannerAutoFromFacts(t *testing.T) {
 		t.Errorf("a host with 3 GiB got the plan of 64 GiB hosts: %+v %+v", sm.Batch, sm.Parallel)
 	}
 }
+
+// TestPlannerAutoNamesReportedMemory: --auto's plan from the hosts' facts
+// says which memory and CPUs each host reported (a cgroup's limit named as
+// such), and a refusal names the host with the least memory and that
+// memory, which every host was planned with.
+func TestPlannerAutoNamesReportedMemory(t *testing.T) {
+	spec := train.DefaultSpec()
+	spec.Model.Preset = "gpt2"
+	spec.Batch.MicroBatch, spec.Batch.GradAccum = 8, 1
+	j := &Job{Spec: spec}
+	limited := func(mem int64) *hostinfo.Host {
+		h := host("b", 64<<30, 8)
+		h.Cgroup.MemoryBytes = mem
+		return h
+	}
+	w := world(0, host("a", 64<<30, 8), limited(3<<30))
+	w.Hosts = []launch.Host{{Name: "10.0.0.10"}, {Name: "10.0.0.11"}}
+	pl, err := j.Planner(PlanOptions{Auto: true})(t.Context(), w)
+	notes := strings.Join(pl.Notes, "\n")
+	if err != nil || !strings.Contains(notes, "--auto: the hosts reported 10.0.0.10 64.0 GiB and 8 CPUs; 10.0.0.11 3.0 GiB (its cgroup's limit) and 8 CPUs") {
+		t.Errorf("3 GiB host: %v; notes %q: want each host's memory and CPUs", err, notes)
+	}
+	w.Facts[1] = limited(64 << 20)
+	pl, err = j.Planner(PlanOptions{Auto: true})(t.Context(), w)
+	if err == nil || !strings.Contains(err.Error(), "no layout of the job fits") ||
+		!strings.Contains(err.Error(), "every host planned with the least memory reported: 64.0 MiB on 10.0.0.11") {
+		t.Errorf("64 MiB host: %v: want a refusal naming 10.0.0.11 and its 64.0 MiB", err)
+	}
+	if notes := strings.Join(pl.Notes, "\n"); !strings.Contains(notes, "10.0.0.11 64.0 MiB (its cgroup's limit)") || !strings.Contains(notes, "hosts differ in memory") {
+		t.Errorf("64 MiB host: notes %q: want what each host reported and the planner's warning, before the refusal", notes)
+	}
+}
