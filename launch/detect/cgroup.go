@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"math"
 	"path"
 	"strconv"
@@ -28,9 +29,23 @@ const v1Unlimited = 1 << 62
 // hierarchies' mount points from /proc/self/mountinfo (the usual places
 // below /sys/fs/cgroup when it cannot be read).
 func (f fsys) cgroup() hostinfo.Cgroup {
+	c, _ := f.cgroupLimits()
+	return c
+}
+
+// cgroupLimits is cgroup's limits, and the hierarchies whose limits are
+// unknown rather than absent: the controllers among cpu, memory and
+// cpuset ("cgroup2" for v2's, on a host that has none of them in v1)
+// that /proc/self/cgroup puts this process under but that no mount shows.
+// `ip netns exec` is one way to get there: it remounts /sys for the
+// network namespace, and the cgroup file systems below it are gone,
+// while the kernel still enforces their limits.
+func (f fsys) cgroupLimits() (hostinfo.Cgroup, []string) {
 	var c hostinfo.Cgroup
 	self, _ := f.read("proc/self/cgroup")
 	mounts := f.cgroupMounts()
+	var unseen []string
+	inV1, v2Unseen := false, false
 	for _, line := range strings.Split(self, "\n") {
 		_, rest, _ := strings.Cut(line, ":")
 		ctrls, rel, ok := strings.Cut(rest, ":")
@@ -38,12 +53,31 @@ func (f fsys) cgroup() hostinfo.Cgroup {
 			continue
 		}
 		for _, ctrl := range strings.Split(ctrls, ",") {
-			if m, ok := mounts[ctrl]; ok {
+			m, mounted := mounts[ctrl]
+			read := ctrl == "cpu" || ctrl == "memory" || ctrl == "cpuset"
+			inV1 = inV1 || read
+			switch {
+			case mounted:
 				f.limits(&c, ctrl, m, rel)
+			case read:
+				unseen = append(unseen, ctrl)
+			case ctrl == "":
+				v2Unseen = true
 			}
 		}
 	}
-	return c
+	if v2Unseen && !inV1 {
+		unseen = append(unseen, "cgroup2")
+	}
+	return c, unseen
+}
+
+// unseenProblem is the problem of a host whose cgroup hierarchies
+// (cgroupLimits) are not mounted where detection runs.
+func unseenProblem(unseen []string) string {
+	return fmt.Sprintf("cgroup: this process is in cgroups (%s) that no mount shows here (nothing mounted below /sys/fs/cgroup, "+
+		"as under ip netns exec, which remounts /sys): their memory and CPU limits are unknown, and plans count the whole host; "+
+		"mount the cgroup file systems where the agent runs so that they are seen", strings.Join(unseen, ", "))
 }
 
 // cgroupMount is where a cgroup hierarchy is mounted: root is the

@@ -1,8 +1,10 @@
 package detect
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/txtar"
@@ -79,5 +81,54 @@ func TestCgroupValues(t *testing.T) {
 		if got := unescapeMount(s); got != want {
 			t.Errorf("unescapeMount(%q) = %q, want %q", s, got, want)
 		}
+	}
+}
+
+// TestCgroupUnseen: a process whose cgroups no mount shows (a network
+// namespace entered with ip netns exec, which remounts /sys) has limits
+// that are unknown, not absent: cgroupLimits names those hierarchies, and
+// reads the ones mounted again there. The fixtures of TestCgroup, whose
+// hierarchies are all mounted, name none.
+func TestCgroupUnseen(t *testing.T) {
+	const sysfsOnly = "52 49 0:39 / /sys rw,relatime - sysfs h1 rw\n"
+	const v1Self = "9:name=systemd:/\n4:memory:/api/x/gtrain-test\n3:cpuset:/\n1:cpu:/\n0::/\n"
+	for _, tt := range []struct {
+		name   string
+		files  map[string]string
+		mem    int64
+		unseen []string
+	}{
+		{"v1 in ip netns exec", map[string]string{"proc/self/cgroup": v1Self, "proc/self/mountinfo": sysfsOnly}, 0, []string{"memory", "cpuset", "cpu"}},
+		{"v2 in ip netns exec", map[string]string{"proc/self/cgroup": "0::/user.slice/job\n", "proc/self/mountinfo": sysfsOnly}, 0, []string{"cgroup2"}},
+		{"v1 with memory mounted again", map[string]string{"proc/self/cgroup": v1Self,
+			"proc/self/mountinfo": sysfsOnly + "60 52 0:50 / /sys/fs/cgroup rw - tmpfs t rw\n61 60 0:32 / /sys/fs/cgroup/memory rw - cgroup t rw,memory\n",
+			"sys/fs/cgroup/memory/api/x/gtrain-test/memory.limit_in_bytes": "335544320\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":                   "9223372036854771712\n"}, 320 << 20, []string{"cpuset", "cpu"}},
+		{"no cgroup file", map[string]string{"proc/self/mountinfo": sysfsOnly}, 0, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, body := range tt.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, unseen := fsys{root: root}.cgroupLimits()
+			if c.MemoryBytes != tt.mem || !slices.Equal(unseen, tt.unseen) {
+				t.Errorf("memory %d, unseen %q; want %d, %q", c.MemoryBytes, unseen, tt.mem, tt.unseen)
+			}
+		})
+	}
+	for _, fixture := range []string{"cgroup-v1-slurm.txtar", "cgroup-v1-docker.txtar", "cgroup-v2-container.txtar", "dgx-h100.txtar"} {
+		if _, unseen := fixtureRoot(t, fixture).cgroupLimits(); len(unseen) > 0 {
+			t.Errorf("%s: unseen %q, want none", fixture, unseen)
+		}
+	}
+	if p := unseenProblem([]string{"memory"}); !strings.Contains(p, "cgroups (memory) that no mount shows here") {
+		t.Errorf("problem %q", p)
 	}
 }

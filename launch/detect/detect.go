@@ -46,7 +46,8 @@ func detect(ctx context.Context, f fsys, scan gpuScan) hostinfo.Host {
 	if h.NICs == nil {
 		h.NICs = []hostinfo.NIC{}
 	}
-	h.Cgroup = f.cgroup()
+	var unseen []string
+	h.Cgroup, unseen = f.cgroupLimits()
 	if ctx.Err() != nil {
 		h.GPUError = "detect: stopped: " + context.Cause(ctx).Error()
 		return h
@@ -60,6 +61,9 @@ func detect(ctx context.Context, f fsys, scan gpuScan) hostinfo.Host {
 	h.Matrix, h.Driver, h.CUDA = g.matrix, g.driver, g.cuda
 	gpuNodesFromCPUs(&h)
 	h.Problems = append(g.problems, problems(h)...)
+	if len(unseen) > 0 {
+		h.Problems = append(h.Problems, unseenProblem(unseen))
+	}
 	return h
 }
 
