@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,9 @@ var (
 
 // autoHostsRun runs the job of autoHostsJob with --auto on c's hosts, one
 // rank each, and returns its layout (the part of the --auto line that
-// names it) and what the hosts reported.
-func autoHostsRun(t *testing.T, c *netns.Cluster) (layout, reported string) {
+// names it), the memory the planner predicted for a rank of it, and what
+// the hosts reported.
+func autoHostsRun(t *testing.T, c *netns.Cluster) (layout string, predicted float64, reported string) {
 	t.Helper()
 	job := filepath.Join(t.TempDir(), "job.yaml")
 	if err := os.WriteFile(job, []byte(fmt.Sprintf(autoHostsJob, t.TempDir())), 0o644); err != nil {
@@ -68,7 +70,11 @@ func autoHostsRun(t *testing.T, c *netns.Cluster) (layout, reported string) {
 		t.Errorf("a layout planned from the launcher's own facts was printed too:\n%s", stderr)
 	}
 	t.Logf("hosts reported %s; planned %s (predicted %s %s a rank)", r[1], m[1], m[2], m[3])
-	return m[1], r[1]
+	n, err := strconv.ParseFloat(m[2], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[1], n * map[string]float64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[3]], r[1]
 }
 
 // TestRunAutoHostfilePlansFromAgents: `gtrain run --auto --hostfile` over
@@ -81,13 +87,13 @@ func autoHostsRun(t *testing.T, c *netns.Cluster) (layout, reported string) {
 func TestRunAutoHostfilePlansFromAgents(t *testing.T) {
 	cg := newMemCgroup(t, smallHostLimit)
 	c := netns.New(t, 2)
-	asIs, asIsReported := autoHostsRun(t, c)
+	asIs, _, asIsReported := autoHostsRun(t, c)
 	if strings.Contains(asIsReported, "cgroup's limit") {
 		t.Logf("note: a host reports a cgroup limit before the test set one: %s", asIsReported)
 	}
 
 	cg.confine(t, c, 1)
-	small, reported := autoHostsRun(t, c)
+	small, predicted, reported := autoHostsRun(t, c)
 	t.Logf("host 1's cgroup: at most %s used", formatSize(cg.peak()))
 	want := fmt.Sprintf("%s 320.0 MiB (its cgroup's limit) and", c.Hosts[1].IP)
 	if !strings.Contains(reported, want) {
@@ -98,6 +104,9 @@ func TestRunAutoHostfilePlansFromAgents(t *testing.T) {
 	}
 	if small == asIs {
 		t.Errorf("host 1 limited to 320 MiB got the layout of unlimited hosts: %s", small)
+	}
+	if usable := 0.9 * smallHostLimit; predicted > usable {
+		t.Errorf("planned %s at %s a rank: want at most the %s the planner counts usable of 320 MiB", small, formatSize(int64(predicted)), formatSize(int64(usable)))
 	}
 }
 
