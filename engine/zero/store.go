@@ -211,6 +211,11 @@ func (e *Engine) finishOldest() {
 // collective are still completed (with whatever they hold) so that the
 // engine's bookkeeping stays whole; the step reports the error.
 func (e *Engine) wait(h *comm.Handle) {
+	// Handle.Wait counts the time blocked (comm.BlockedTime): a rank
+	// waiting here for a slower one is waiting, not working, and the
+	// launcher's straggler marking tells them apart by it. Its buffers are
+	// in use until Done even when the context ended first.
+	_ = h.Wait(e.ctx)
 	<-h.Done()
 	if err := h.Wait(e.ctx); err != nil && e.err == nil {
 		e.err = fmt.Errorf("zero: %w", err)
