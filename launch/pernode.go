@@ -160,6 +160,7 @@ func (r *Request) joinPerNode(ctx context.Context, w Workload) (*perNode, nodeIn
 		pn.close()
 		return nil, nodeInfo{}, err
 	}
+	me.Job = w.Digest
 	return pn, me, nil
 }
 

@@ -34,6 +34,7 @@ type nodeInfo struct {
 	Port        int    `json:"port"`                 // a port it found free: MASTER_PORT when it is node 0
 	MaxRestarts int    `json:"max_restarts"`         // must agree job-wide
 	StoreHost   bool   `json:"store_host,omitempty"` // it hosts the c10d store
+	Job         string `json:"job,omitempty"`        // Workload.Digest: must agree job-wide
 }
 
 // lastCall is how long a round that reached MIN nodes waits for more
@@ -177,6 +178,10 @@ func assignRanks(members []nodeInfo, mine int) ([]nodeInfo, int, error) {
 			return nil, 0, fmt.Errorf("launch: two nodes named %s joined the job: give each its own --local-addr", m.Name)
 		}
 		names[m.Name] = true
+		if m.Job != members[0].Job {
+			return nil, 0, fmt.Errorf("launch: node %s runs another job than node %s (job digest %s, not %s): start every node with the same --job, --set and working directory",
+				m.Name, members[0].Name, digestOrNone(m.Job), digestOrNone(members[0].Job))
+		}
 		if m.MaxRestarts != members[0].MaxRestarts {
 			return nil, 0, fmt.Errorf("launch: node %s has --max-restarts %d, node %s %d: start every node with the same flags",
 				m.Name, m.MaxRestarts, members[0].Name, members[0].MaxRestarts)
@@ -260,4 +265,12 @@ func (pn *perNode) storeErr(ctx context.Context, op string, err error, timeout t
 		return fmt.Errorf("launch: %s at %s: not enough nodes joined within %v (--nnodes %d:%d): start gtrain run on every node with the same --rdzv-id, or raise --join-timeout", op, pn.endpoint, timeout, pn.min, pn.max)
 	}
 	return fmt.Errorf("launch: %s at %s: %w", op, pn.endpoint, err)
+}
+
+// digestOrNone names a node's job digest; a command's job has none.
+func digestOrNone(d string) string {
+	if d == "" {
+		return "none: a command"
+	}
+	return d
 }

@@ -22,6 +22,7 @@ func TestAssignRanks(t *testing.T) {
 		{"clash", []nodeInfo{n("a", 1), n("b", 1)}, "", "node a and node b both have --node-rank 1"},
 		{"past the end", []nodeInfo{n("a", 0), n("b", 2)}, "", "node b has --node-rank 2, but the job has 2 nodes"},
 		{"same name", []nodeInfo{n("a", -1), n("a", -1)}, "", "two nodes named a joined the job"},
+		{"other job", []nodeInfo{{Name: "a", Rank: -1, Job: "d1"}, {Name: "b", Rank: -1, Job: "d2"}}, "", "node b runs another job than node a (job digest d2, not d1)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for mine := range tt.joined {

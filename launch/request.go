@@ -92,6 +92,10 @@ type Workload struct {
 	// NprocPerNode overrides the Request's when positive (a resume keeps
 	// the checkpoint's world size; bench collectives defaults to 2).
 	NprocPerNode int
+	// Digest, in per-node mode, names the job every node must run alike
+	// (the built-in engine's spec): a round with nodes of other digests
+	// fails, naming them. "" checks nothing (a command may differ by node).
+	Digest string
 }
 
 // MinHeartbeat is the shortest heartbeat: each beat is a message to every
