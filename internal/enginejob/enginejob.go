@@ -43,8 +43,12 @@ type Options struct {
 	// not see this machine's directories nor have its memory: nothing is
 	// claimed or created here, and no memory checked (rank 0 does both).
 	Hostfile bool
-	DryRun   bool // create and claim nothing
-	Ranks    int  // ranks on this machine (--nproc-per-node)
+	// PerNode says that the job is one node's part of a per-node job
+	// (gtrain run --node-rank): as with Hostfile nothing is claimed here,
+	// and its run directory is runs/<RunID>, which every node names alike.
+	PerNode bool
+	DryRun  bool // create and claim nothing
+	Ranks   int  // ranks on this machine (--nproc-per-node)
 	// RanksGiven is whether Ranks was given; if not, a resume on this
 	// machine runs as many ranks as wrote its checkpoint.
 	RanksGiven bool
@@ -84,6 +88,7 @@ func (j *Job) Release() { j.claim.release() }
 // create). The directory must hold no run yet (train.CheckFresh), and the
 // ranks must fit in this machine's memory (train.CheckMemory).
 func Fresh(ctx context.Context, o Options) (*Job, error) {
+	o.Hostfile = o.Hostfile || o.PerNode // the other nodes' ranks check on their hosts
 	spec, err := jobfile.Load(ctx, o.Job, o.Sets)
 	if err == nil && o.Layout != nil {
 		spec, err = o.Layout(ctx, spec)
@@ -113,6 +118,8 @@ func Fresh(ctx context.Context, o Options) (*Job, error) {
 func (o Options) newRunDir(now time.Time, created *string) func(runs string) (string, error) {
 	return func(runs string) (string, error) {
 		switch {
+		case o.PerNode:
+			return perNodeRunDir(runs, o.RunID)
 		case o.DryRun:
 			return train.NextRunDir(runs, now)
 		case o.Hostfile:
