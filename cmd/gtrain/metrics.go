@@ -13,7 +13,7 @@ import (
 
 // addMetricsFlag adds --metrics-addr.
 func addMetricsFlag(f *pflag.FlagSet, o *RunOptions) {
-	f.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on HOST:PORT/metrics while the job runs, e.g. :9400 (every interface) or 127.0.0.1:9400 (default: none)")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on HOST:PORT/metrics while the job runs, e.g. :9400 (every interface) or 127.0.0.1:9400 (default: none); in per-node mode each node serves its own ranks")
 }
 
 // checkMetricsAddr refuses a bad --metrics-addr before anything starts.

@@ -142,7 +142,7 @@ func addLaunchFlags(f *pflag.FlagSet, opts *LaunchOptions) {
 	f.StringVar(&opts.RendezvousHost, "rdzv-host", "", "address remote agents dial for the rendezvous (default: this machine as each host's SSH session sees it)")
 	f.StringVar(&opts.RendezvousBackend, "rdzv-backend", "c10d", "where nodes and ranks meet: c10d (or static: the launcher's own server) or etcd (--rdzv-endpoint; it outlives the launcher)")
 	f.StringVar(&opts.RendezvousEndpoint, "rdzv-endpoint", "", "etcd's client address HOST:PORT[,HOST:PORT...] for --rdzv-backend etcd; the job meets under /gtrain/<rdzv-id>/; in per-node mode with c10d, HOST:PORT of the node that hosts the rendezvous")
-	f.StringVar(&opts.NodeRank, "node-rank", "", "per-node mode: start this node of a job started once on every node (torchrun's model: no hostfile, no SSH; needs --nnodes, --rdzv-endpoint, --rdzv-id and the job secret): auto (ranks by node name) or 0 to N-1")
+	f.StringVar(&opts.NodeRank, "node-rank", "", "per-node mode: start this node of a job started once on every node (torchrun's model: no hostfile, no SSH; needs --nnodes, --rdzv-endpoint, --rdzv-id and the job secret): auto (ranks by node name) or 0 to N-1; without a command every node runs the built-in engine on the same job (checked), rank 0 on node 0 writing runs/<rdzv-id> (shared by all nodes) unless checkpoint.dir is set")
 	f.StringVar(&opts.LocalAddr, "local-addr", "", "per-node mode: this node's name and the address the others reach it at (default: its hostname, and its address on the route to the rendezvous)")
 	f.StringVar(&opts.SecretFile, "rdzv-secret-file", "", "per-node mode: file holding the job secret (at least 16 bytes), the same on every node; else $"+launch.SecretEnv)
 	f.StringVar(&opts.RendezvousConf, "rdzv-conf", "", "etcd options key=value,...: cacert, cert, key (TLS files, the same path on every host), user and password_file (etcd's user auth), ttl (a node's lease, default 10s)")
@@ -198,13 +198,7 @@ func (o *RunOptions) engineOptions() enginejob.Options {
 // launchEngine says what the built-in engine is about to train and runs
 // its prepared job j.
 func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
-	c := j.Spec.Model.Config
-	sched := ""
-	if s := j.Spec.Parallel.Schedule(); s != "" {
-		sched = ", pipeline schedule " + s
-	}
-	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
-		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
+	o.sayEngine(j)
 	e := engineLaunch{layout: engineLayout(j.Spec)}
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		e.grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
@@ -214,6 +208,17 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 		e.plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
 	}
 	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, e)
+}
+
+// sayEngine says what the built-in engine is about to train.
+func (o *RunOptions) sayEngine(j *enginejob.Job) {
+	c := j.Spec.Model.Config
+	sched := ""
+	if s := j.Spec.Parallel.Schedule(); s != "" {
+		sched = ", pipeline schedule " + s
+	}
+	fmt.Fprintf(o.IO.Err, "gtrain: built-in engine: GPT-2 %d layers × %d hidden, %d steps%s; checkpoints in %s\n",
+		c.Layers, c.Embd, j.Spec.Steps, sched, j.Spec.Checkpoint.Dir)
 }
 
 // launch resolves the job whose ranks run w and runs it, or with --dry-run
@@ -235,24 +240,20 @@ func (o *RunOptions) launch(ctx context.Context, w launch.Workload, e engineLaun
 	return o.executeWithMetrics(ctx, &lo, job, e.layout)
 }
 
-// runPerNode runs this node of a per-node job (launch.Request.RunPerNode).
-// The job's shape is known only once the nodes meet: no dry run, and the
-// status is lines or JSON events.
+// runPerNode runs this node of a per-node job (launch.Request.RunPerNode):
+// the command, or the built-in engine when there is none
+// (pernode_engine.go). The job's shape is known only once the nodes meet:
+// no dry run, and the status is lines or JSON events.
 func (o *RunOptions) runPerNode(ctx context.Context) error {
 	switch {
-	case len(o.Command) == 0:
-		return usage.Errorf("run: per-node mode runs a command (gtrain run --nnodes ... -- CMD); the built-in engine is not launched per node yet: use --hostfile")
+	case o.DryRun && len(o.Command) == 0:
+		return usage.Errorf("run: --dry-run: a per-node job's nodes and ranks are known only when its nodes meet; to see the built-in engine's job, run the same command without --nnodes, --node-rank and --rdzv-endpoint")
 	case o.DryRun:
 		return usage.Errorf("run: --dry-run: a per-node job's nodes and ranks are known only when its nodes meet")
-	case o.MetricsAddr != "":
-		return usage.Errorf("run: --metrics-addr is not served in per-node mode yet")
+	case len(o.Command) == 0:
+		return o.runPerNodeEngine(ctx)
 	}
-	view := status.NewLines(o.IO.Out, o.IO.Err, true)
-	if o.Output == "json" {
-		view = status.NewJSON(o.IO.Out)
-	}
-	err := o.RunPerNode(ctx, launch.Workload{Command: o.Command}, view, o.Signals.abort)
-	return endView(view, err)
+	return o.perNodeRun(ctx, launch.Workload{Command: o.Command}, "command, per node")
 }
 
 // check validates flag values that need no I/O.

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/netns"
+)
+
+// The built-in engine in per-node mode: `gtrain run --nnodes N
+// --node-rank auto ...` with no command on every node trains the job that
+// `gtrain run --hostfile` trains over the same hosts.
+
+// perNodeEngineJob is the engine's job of these tests: 8 steps, a
+// checkpoint every 2, and no checkpoint.dir, so that each run's goes in
+// runs/ of its --chdir (runs/<rdzv-id> per node).
+const perNodeEngineJob = `model: {preset: test}
+data: {synthetic: 20000}
+batch: {micro_batch: 2, seq: 32}
+steps: %s
+optim: {warmup_steps: 2}
+checkpoint: {every: %s, keep: 20}
+eval: {every: 0}
+log_every: 1
+threads: 1
+`
+
+// writePerNodeJob writes perNodeEngineJob with steps and checkpoint every.
+func writePerNodeJob(t *testing.T, steps, every string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "job.yaml")
+	job := strings.Replace(strings.Replace(perNodeEngineJob, "%s", steps, 1), "%s", every, 1)
+	if err := os.WriteFile(path, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runLosses reads the losses of steps 1 to steps from the metrics file of
+// the run directory dir: once each, in order.
+func runLosses(t *testing.T, dir string, steps int) map[int]float32 {
+	t.Helper()
+	got := map[int]float32{}
+	next := 1
+	err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile), func(m train.MetricsLine) error {
+		if m.Step != next {
+			t.Errorf("%s: record %d is step %d, want %d", dir, next, m.Step, next)
+		}
+		got[m.Step] = m.Loss
+		next++
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	if len(got) != steps {
+		t.Fatalf("%s: %d steps in %s, want %d", dir, len(got), train.MetricsFile, steps)
+	}
+	return got
+}
+
+// onlyRun is the one run directory in runs.
+func onlyRun(t *testing.T, runs string) string {
+	t.Helper()
+	ents, err := os.ReadDir(runs)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("%s: %v (%d entries), want one run directory", runs, err, len(ents))
+	}
+	return filepath.Join(runs, ents[0].Name())
+}
+
+// loopbackNode starts node i of a per-node job of 2 nodes on this machine
+// (127.0.0.1+i, one rank each); the first to bind endpoint hosts the
+// rendezvous.
+func loopbackNode(t *testing.T, endpoint, id string, i int, extra ...string) *node {
+	args := []string{"run", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", id,
+		"--local-addr", "127.0.0." + strconv.Itoa(i+1), "--nproc-per-node", "1", "--table", "never",
+		"--heartbeat", "500ms", "--grace-period", "3s", "--join-timeout", "90s"}
+	return startNode(t, nil, i, testSecret, append(args, extra...)...)
+}
+
+// TestPerNodeEngineMatchesHostfile: 2 network-namespace hosts, one rank
+// each; the built-in engine started per node trains the job to its end
+// in runs/<rdzv-id>, with every step's loss, in metrics.jsonl, equal (bit
+// for bit) to the same job run with --hostfile over the same hosts.
+func TestPerNodeEngineMatchesHostfile(t *testing.T) {
+	c := netns.New(t, 2)
+	job := writePerNodeJob(t, "8", "2")
+	sshDir, perDir := t.TempDir(), t.TempDir()
+	code, _, stderr := runGtrain(t, 3*time.Minute, runArgs(c, 1, []string{"--job", job, "--chdir", sshDir})...)
+	if code != 0 {
+		t.Fatalf("gtrain run --hostfile: exit %d\n%s", code, stderr)
+	}
+	want := runLosses(t, onlyRun(t, filepath.Join(sshDir, "runs")), 8)
+
+	endpoint := c.Hosts[0].IP + ":29400"
+	extra := []string{"--nproc-per-node", "1", "--job", job, "--chdir", perDir}
+	nodes := []*node{
+		startNode(t, c, 0, testSecret, perNodeArgs(c, endpoint, "engine-job", 0, 2, extra)...),
+		startNode(t, c, 1, testSecret, perNodeArgs(c, endpoint, "engine-job", 1, 2, extra)...),
+	}
+	for i, n := range nodes {
+		if code := n.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("node %d: exit %d\n%s", i, code, n.err.String())
+		}
+	}
+	got := runLosses(t, filepath.Join(perDir, "runs", "engine-job"), 8)
+	for s := 1; s <= 8; s++ {
+		if got[s] != want[s] {
+			t.Errorf("step %d: loss %v per node, %v with --hostfile", s, got[s], want[s])
+		}
+	}
+}
+
+// TestPerNodeEngineOtherJob: a node given another job (another
+// optim.lr) than the other is refused: both nodes exit 1 naming both
+// nodes, and no rank starts (no run directory is made).
+func TestPerNodeEngineOtherJob(t *testing.T) {
+	endpoint, dir := freeLoopbackPort(t), t.TempDir()
+	job := writePerNodeJob(t, "8", "2")
+	nodes := []*node{
+		loopbackNode(t, endpoint, "other-job", 0, "--job", job, "--chdir", dir),
+		loopbackNode(t, endpoint, "other-job", 1, "--job", job, "--set", "optim.lr=0.003", "--chdir", dir),
+	}
+	for i, n := range nodes {
+		code := n.wait(t, 2*time.Minute)
+		s := n.err.String()
+		if code != 1 || !strings.Contains(s, "runs another job than node") || !strings.Contains(s, "127.0.0.1") || !strings.Contains(s, "127.0.0.2") {
+			t.Errorf("node %d: exit %d, want 1 and a refusal naming both nodes:\n%s", i, code, s)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !os.IsNotExist(err) {
+		t.Errorf("%s/runs exists (%v): a refused job started ranks", dir, err)
+	}
+}
+
+// TestPerNodeEngineRestart: node 1's rank fails after step 5 of the first
+// attempt (fault injection, given to node 1 only); with --max-restarts 1
+// both nodes restart the job, rank 0 resumes from the checkpoint of step
+// 4, and the job finishes with every step's loss that of an uninterrupted
+// run of the same job on 2 ranks of this machine.
+func TestPerNodeEngineRestart(t *testing.T) {
+	endpoint, dir, refDir := freeLoopbackPort(t), t.TempDir(), t.TempDir()
+	job := writePerNodeJob(t, "8", "2")
+	code, _, stderr := runGtrain(t, 3*time.Minute, "run", "--nproc-per-node", "2", "--table", "never", "--job", job, "--chdir", refDir)
+	if code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", code, stderr)
+	}
+	want := runLosses(t, onlyRun(t, filepath.Join(refDir, "runs")), 8)
+
+	common := []string{"--max-restarts", "1", "--job", job, "--chdir", dir}
+	nodes := []*node{
+		loopbackNode(t, endpoint, "restart-engine", 0, common...),
+		loopbackNode(t, endpoint, "restart-engine", 1, append(common, "--env", "GTRAIN_FAULT_FAIL_AFTER_STEP=5")...),
+	}
+	for i, n := range nodes {
+		if code := n.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("node %d: exit %d\n%s", i, code, n.err.String())
+		}
+		if !strings.Contains(n.err.String(), "restarting the job") {
+			t.Errorf("node %d did not restart with the job:\n%s", i, n.err.String())
+		}
+	}
+	if m := resumedAt.FindStringSubmatch(nodes[0].out.String()); m == nil || m[1] != "4" {
+		t.Errorf("rank 0 did not say it resumed at step 4 (%v):\n%s", m, nodes[0].out.String())
+	}
+	compareLosses(t, runLosses(t, filepath.Join(dir, "runs", "restart-engine"), 8), want, 8)
+}
+
+// rankSeries finds the ranks a metrics page has gtrain_rank_step for.
+var rankSeries = regexp.MustCompile(`(?m)^gtrain_rank_step\{[^}]*rank="(\d+)"`)
+
+// jobInfo finds the job's info of the metrics tests on a metrics page.
+var jobInfo = regexp.MustCompile(`(?m)^gtrain_job_info\{[^}]*run_id="metrics-job"`)
+
+// TestPerNodeEngineMetrics: with --metrics-addr each node serves its own
+// rank's metrics (node 0 rank 0, node 1 rank 1, never the other's) and
+// the job's info; Ctrl-C then stops both nodes.
+func TestPerNodeEngineMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
+	defer cancel()
+	endpoint, dir := freeLoopbackPort(t), t.TempDir()
+	job := writePerNodeJob(t, "1000000", "1000000")
+	var cmds []*exec.Cmd
+	var urls []string
+	for i := range 2 {
+		cmd := exec.CommandContext(ctx, gtrainBin(t), "run", "--nnodes", "2", "--rdzv-endpoint", endpoint,
+			"--rdzv-id", "metrics-job", "--local-addr", "127.0.0."+strconv.Itoa(i+1), "--nproc-per-node", "1",
+			"--table", "never", "--heartbeat", "500ms", "--grace-period", "3s", "--job", job, "--chdir", dir,
+			"--metrics-addr", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(), "NO_COLOR=1", "GTRAIN_RDZV_SECRET="+testSecret)
+		cmd.Stdout = io.Discard
+		urls = append(urls, "http://"+startScanningStderr(t, cmd)+"/metrics")
+		cmds = append(cmds, cmd)
+	}
+	pages := make([]string, 2)
+	waitFor(t, ctx, func() bool {
+		for i, u := range urls {
+			pages[i] = scrape(t, ctx, u)
+		}
+		return rankSeries.MatchString(pages[0]) && rankSeries.MatchString(pages[1])
+	})
+	for i, p := range pages {
+		ranks := rankSeries.FindAllStringSubmatch(p, -1)
+		if len(ranks) != 1 || ranks[0][1] != strconv.Itoa(i) {
+			t.Errorf("node %d serves gtrain_rank_step of ranks %v, want only rank %d", i, ranks, i)
+		}
+		if !jobInfo.MatchString(p) {
+			t.Errorf("node %d serves no gtrain_job_info of run metrics-job:\n%s", i, p)
+		}
+	}
+	done := make(chan error, 2)
+	for _, cmd := range cmds {
+		cmd.Process.Signal(syscall.SIGINT)
+		go func() { done <- cmd.Wait() }()
+	}
+	for range cmds {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("the nodes did not stop within the backstop after Ctrl-C")
+		}
+	}
+}
+
+// scrape is the metrics page at url ("" while it cannot be read).
+func scrape(t *testing.T, ctx context.Context, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return string(b)
+}
+
+// TestPerNodeEngineRefusals: what per-node mode does not do for the
+// built-in engine is a usage error (exit 2) saying what to do, before any
+// node waits for the others.
+func TestPerNodeEngineRefusals(t *testing.T) {
+	base := []string{"run", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "refused", "--table", "never"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"elastic", []string{"--nnodes", "1:2"}, "runs per node on a fixed number of nodes (--nnodes 2)"},
+		{"auto", []string{"--nnodes", "2", "--auto"}, "--auto is not available in per-node mode"},
+		{"dry run", []string{"--nnodes", "2", "--dry-run"}, "run the same command without --nnodes"},
+		{"run id", []string{"--nnodes", "2", "--rdzv-id", "../up"}, `--rdzv-id "../up" names the per-node job's run directory`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runGtrain(t, time.Minute, append(slices.Clone(base), tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want 2 and %q:\n%s", code, tc.want, stderr)
+			}
+		})
+	}
+}
