@@ -81,9 +81,8 @@ func autoHostsRun(t *testing.T, c *netns.Cluster) (layout string, predicted floa
 // 2 real-sshd hosts lays the job out from what their agents detected.
 // Once host 1's sshd (its agent and ranks with it) is in a memory cgroup
 // of 320 MiB, host 1 reports that limit, the launcher says so, plans
-// every host with it (warning that the hosts differ) and the layout
-// changes to one that fits it; both jobs train to the end, host 1's rank
-// inside the limit.
+// every host with it and the layout changes to one that fits it; both
+// jobs train to the end, host 1's rank inside the limit.
 func TestRunAutoHostfilePlansFromAgents(t *testing.T) {
 	cg := newMemCgroup(t, smallHostLimit)
 	c := netns.New(t, 2)
