@@ -203,7 +203,7 @@ func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		e.grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
 	}
-	if o.NNodes != "" || (o.Auto && o.Hostfile != "") {
+	if o.NNodes != "" || o.autoFromFacts() {
 		line := func(c train.AutoChoice) string { return strings.TrimPrefix(autoLine(c), "gtrain: ") }
 		e.plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
 	}
