@@ -86,13 +86,17 @@ func (c CPU) GeluBackward(dinp, inp, dout []float32) {
 }
 
 // AddBias implements Backend.
-func (c CPU) AddBias(out, bias []float32, N, OC int) { kernels.AddBias(out, bias, N, OC) }
+func (c CPU) AddBias(out, bias []float32, N, OC int) {
+	kernels.AddBiasThreads(c.Threads, out, bias, N, OC)
+}
 
 // BiasBackward implements Backend.
-func (c CPU) BiasBackward(dbias, dout []float32, N, OC int) { kernels.BiasBackward(dbias, dout, N, OC) }
+func (c CPU) BiasBackward(dbias, dout []float32, N, OC int) {
+	kernels.BiasBackwardThreads(c.Threads, dbias, dout, N, OC)
+}
 
 // Residual implements Backend.
-func (c CPU) Residual(out, a, b []float32) { kernels.Residual(out, a, b) }
+func (c CPU) Residual(out, a, b []float32) { kernels.ResidualThreads(c.Threads, out, a, b) }
 
 // Attention implements Backend.
 func (c CPU) Attention(out, att, qkv []float32, B, T, C, NH int) {

@@ -78,3 +78,30 @@ func addF64(acc []float64, d []float32) {
 		acc[i] += float64(d[i])
 	}
 }
+
+// addF32 adds b to o elementwise (len(o) values).
+func addF32(o, b []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(o) &^ 7
+		addToAVX2(o[:n], o[:n], b[:n])
+	}
+	b = b[:len(o)]
+	for i := n; i < len(o); i++ {
+		o[i] += b[i]
+	}
+}
+
+// addTo writes out = a + b elementwise (len(out) values); out may alias
+// a or b.
+func addTo(out, a, b []float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(out) &^ 7
+		addToAVX2(out[:n], a[:n], b[:n])
+	}
+	a, b = a[:len(out)], b[:len(out)]
+	for i := n; i < len(out); i++ {
+		out[i] = a[i] + b[i]
+	}
+}

@@ -26,3 +26,6 @@ func geluGradOutAVX2(di, x, e, d []float32, k *[4]float32)
 
 //go:noescape
 func addF64AVX2(acc []float64, d []float32)
+
+//go:noescape
+func addToAVX2(out, a, b []float32)

@@ -136,3 +136,28 @@ addLoop:
 addDone:
 	VZEROUPPER
 	RET
+
+// func addToAVX2(out, a, b []float32)
+//
+// out = a + b; out may be a or b.
+TEXT ·addToAVX2(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), DI
+	MOVQ out_len+8(FP), CX
+	MOVQ a_base+24(FP), SI
+	MOVQ b_base+48(FP), DX
+	SHRQ $3, CX
+	JZ   sumDone
+
+sumLoop:
+	VMOVUPS (SI), Y0
+	VADDPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     sumLoop
+
+sumDone:
+	VZEROUPPER
+	RET

@@ -11,3 +11,4 @@ func geluArgAVX2(e, x []float32, k *[4]float32)            {}
 func geluOutAVX2(o, x, e []float32)                        {}
 func geluGradOutAVX2(di, x, e, d []float32, k *[4]float32) {}
 func addF64AVX2(acc []float64, d []float32)                {}
+func addToAVX2(out, a, b []float32)                        {}

@@ -86,3 +86,58 @@ func TestElementwiseMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestBiasResidualThreadsMatchScalar: AddBiasThreads, ResidualThreads and
+// BiasBackwardThreads (vector loops, rows, elements or columns shared among
+// 1-3 goroutines) give the bits of the scalar loops they replace, on
+// widths around the 8-lane loop and BiasBackward's 256-column block, and
+// AddBias, Residual and BiasBackward give the same.
+func TestBiasResidualThreadsMatchScalar(t *testing.T) {
+	lowerParallelThreshold(t)
+	r := newRand(91)
+	const N = 5
+	for _, OC := range []int{1, 7, 8, 13, 37, 256, 300, 517} {
+		bias, x, y := elemInputs(r, OC), elemInputs(r, N*OC), elemInputs(r, N*OC)
+		wantBias, wantRes := make([]float32, N*OC), make([]float32, N*OC)
+		wantDB := randSlice(r, OC, 1)
+		db0 := append([]float32(nil), wantDB...)
+		for c := range OC {
+			var s float64
+			for n := range N {
+				i := n*OC + c
+				wantBias[i] = x[i] + bias[c]
+				wantRes[i] = x[i] + y[i]
+				s += float64(y[i])
+			}
+			wantDB[c] += float32(s)
+		}
+		for threads := 1; threads <= 3; threads++ {
+			t.Run(fmt.Sprintf("OC%d/t%d", OC, threads), func(t *testing.T) {
+				check := func(name string, got, want []float32) {
+					t.Helper()
+					for i := range want {
+						if !sameBits(got[i], want[i]) {
+							t.Fatalf("%s[%d] = %g, want %g", name, i, got[i], want[i])
+						}
+					}
+				}
+				out := append([]float32(nil), x...)
+				AddBiasThreads(threads, out, bias, N, OC)
+				check("AddBiasThreads", out, wantBias)
+				out = append(out[:0], x...)
+				AddBias(out, bias, N, OC)
+				check("AddBias", out, wantBias)
+				ResidualThreads(threads, out, x, y)
+				check("ResidualThreads", out, wantRes)
+				Residual(out, x, y)
+				check("Residual", out, wantRes)
+				db := append([]float32(nil), db0...)
+				BiasBackwardThreads(threads, db, y, N, OC)
+				check("BiasBackwardThreads", db, wantDB)
+				db = append(db[:0], db0...)
+				BiasBackward(db, y, N, OC)
+				check("BiasBackward", db, wantDB)
+			})
+		}
+	}
+}

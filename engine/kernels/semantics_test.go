@@ -42,9 +42,9 @@ func backwardCases() []backwardCase {
 			GeluBackward(threads, dinp, x, w)
 			return [][]float32{dinp}
 		}},
-		{"Bias", func(_ int, init float32) [][]float32 {
+		{"Bias", func(threads int, init float32) [][]float32 {
 			db := filled(C, init)
-			BiasBackward(db, w, N, C)
+			BiasBackwardThreads(threads, db, w, N, C)
 			return [][]float32{db}
 		}},
 		{"Attention", func(threads int, init float32) [][]float32 {
