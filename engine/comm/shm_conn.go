@@ -391,6 +391,24 @@ func (w *idler) wait() bool {
 	return true
 }
 
+// shmPollNap is how long a progress loop (shm_progress.go) that has found
+// nothing to do for shmYieldFor sleeps between looks at its links: it
+// watches several words, so it cannot sleep on one futex, and the peer
+// does not wake it.
+const shmPollNap = 50 * time.Microsecond
+
+// shmNapPoll sleeps for shmPollNap with nanosleep, not time.Sleep: the Go
+// runtime's timers wait in epoll with a millisecond resolution, so
+// time.Sleep(50µs) took 1.02 ms at least here (2026-11-26, Go 1.26). Once
+// both ranks of a collective nap (one was descheduled for a millisecond on
+// a loaded host), every chunk handed between them cost a millisecond or
+// more; at load 7-15 this halved the median 4 and 8 MiB all-reduce of two
+// ranks (docs/benchmarks.md, issue 19).
+func shmNapPoll() {
+	ts := unix.NsecToTimespec(shmPollNap.Nanoseconds())
+	unix.Nanosleep(&ts, nil) // EINTR: an early look costs nothing
+}
+
 // shmAwait waits until *w != v: spinning, then yielding, then sleeping on
 // the futex (announced in flag, when not nil), with check between naps.
 func shmAwait(w *uint64, v uint64, flag *uint64, check func() error) error {

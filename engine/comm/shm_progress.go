@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync/atomic"
-	"time"
 )
 
 // Non-blocking use of shared-memory links, for an algorithm that drives
@@ -298,7 +297,7 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 			return err
 		}
 		if !idle.wait() {
-			time.Sleep(50 * time.Microsecond)
+			shmNapPoll()
 		}
 	}
 }
