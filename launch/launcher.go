@@ -74,6 +74,7 @@ func Run(ctx context.Context, p *Job, rt Runtime) error {
 		m = newMembership(p)
 	}
 	for attempt := 0; ; attempt++ {
+		announceAttempt(rt.View, attempt, p)
 		err, blamed := runAttempt(ctx, p, rt, attempt)
 		if !restartable(err) || attempt >= p.MaxRestarts || ctx.Err() != nil {
 			return err

@@ -57,6 +57,11 @@ const (
 	// attempt (a spare, or back after a loss).
 	EventHostDropped = "host_dropped"
 	EventHostAdded   = "host_added"
+	// EventAttempt: an attempt of the job begins, the first or a restart:
+	// Attempt is its number, World its ranks (numbered from 0; an elastic
+	// restart may change them), Message says so. Views that show ranks
+	// forget the ranks of the attempt before.
+	EventAttempt = "attempt"
 )
 
 // Command types written by the launcher after the Assignment.
@@ -182,6 +187,9 @@ type Event struct {
 	PeerFailed bool `json:"peer_failed,omitempty"`
 	// rank_exited (from TORCHELASTIC_ERROR_FILE), error, done
 	Message string `json:"message,omitempty"`
+	// attempt
+	Attempt int `json:"attempt,omitempty"`
+	World   int `json:"world,omitempty"`
 }
 
 // HostFacts describes the host an agent runs on.

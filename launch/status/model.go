@@ -139,9 +139,14 @@ func (m *Model) Ranks() []RankState {
 	return slices.Clone(m.ranks)
 }
 
-// Apply updates the model with one event. Events that concern no rank
-// (joined, heartbeat, done, notice, job_exited) leave it unchanged.
+// Apply updates the model with one event. An attempt event sets the ranks
+// (see Model.attempt); other events that concern no rank (joined,
+// heartbeat, done, notice, job_exited) leave it unchanged.
 func (m *Model) Apply(ev proto.Event) {
+	if ev.Type == proto.EventAttempt {
+		m.attempt(ev)
+		return
+	}
 	if ev.Rank < 0 {
 		return
 	}
@@ -160,7 +165,7 @@ func (m *Model) Apply(ev proto.Event) {
 	}
 	switch ev.Type {
 	case proto.EventRankStarted:
-		*r = RankState{RankInfo: r.RankInfo, State: Running, PID: ev.PID, Started: at}
+		*r = RankState{RankInfo: placed(r.RankInfo, ev), State: Running, PID: ev.PID, Started: at}
 	case proto.EventLog:
 		if line := cleanLine(ev.Line, maxLastLine); line != "" {
 			r.LastLine = line
@@ -178,9 +183,51 @@ func (m *Model) Apply(ev proto.Event) {
 		// Only an error about a rank that never started decides its fate;
 		// a running rank ends with its own rank_exited.
 		if r.State == Pending {
+			r.RankInfo = placed(r.RankInfo, ev)
 			r.State, r.Ended, r.Message = Failed, at, ev.Message
 		}
 	}
+}
+
+// maxWorld bounds an attempt event's ranks, as hostfiles.MaxRanks bounds
+// a job's.
+const maxWorld = 1 << 16
+
+// attempt sets the ranks to those of the attempt ev starts, 0 to
+// ev.World−1, as users of torchrun's elastic agent expect: a restart runs
+// a new world, and the ranks of the one before are not in it. Ranks
+// beyond the new world are gone (an elastic restart on fewer hosts: the
+// notices say which hosts left and why), ranks the model did not know are
+// added (a spare joined). A restart's ranks are pending again, their host
+// unknown until they start, since an elastic restart may place them on
+// other hosts; the first attempt's keep what the model was made with.
+func (m *Model) attempt(ev proto.Event) {
+	if ev.World <= 0 || ev.World > maxWorld {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ranks := make([]RankState, ev.World)
+	for i := range ranks {
+		ranks[i].Rank = i
+	}
+	if ev.Attempt == 0 {
+		for _, r := range m.ranks {
+			if r.Rank >= 0 && r.Rank < ev.World {
+				ranks[r.Rank] = r
+			}
+		}
+	}
+	m.ranks = ranks
+}
+
+// placed is info with the place ev reports its rank at, where info has
+// none (a restart's rank, or one the model was not told about).
+func placed(info RankInfo, ev proto.Event) RankInfo {
+	if info.Host != "" || ev.Host == "" {
+		return info
+	}
+	return RankInfo{Rank: info.Rank, LocalRank: ev.Local, Node: ev.Node, Host: ev.Host}
 }
 
 // exitState classifies a rank_exited event. A rank gtrain signalled is
