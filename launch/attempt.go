@@ -343,6 +343,7 @@ func (a *attempt) agentLost(e *AgentLostError, why string) {
 	}
 	e.at = time.Now()
 	a.lost = append(a.lost, e)
+	a.announceLost(e)
 	if a.failure == nil && a.othersRunning(e.Node) {
 		notice(a.view, "stopping the job: "+e.short())
 	}

@@ -46,7 +46,7 @@ var (
 	descRestarts = prometheus.NewDesc("gtrain_host_restarts_total",
 		"Times the host's ranks were started again after the job's first attempt.", []string{"host"}, nil)
 	descLost = prometheus.NewDesc("gtrain_host_lost_total",
-		"Times the host was lost or dropped from the job.", []string{"host"}, nil)
+		"Times the host was lost (its agent ended, fell silent or never joined) or dropped from an elastic job, once per loss.", []string{"host"}, nil)
 )
 
 // MetricsExporter is a status.View that serves the job's state to
@@ -61,6 +61,9 @@ type MetricsExporter struct {
 	started  map[string]bool // hosts whose ranks have started in some attempt
 	restarts map[string]int
 	lost     map[string]int
+	// lostNow are the hosts lost in the attempt that ran last: an elastic
+	// job then drops them too (host_dropped), the same loss.
+	lostNow map[string]bool
 
 	ln   net.Listener
 	srv  *http.Server
@@ -95,7 +98,7 @@ func ServeMetrics(addr, runID, layout string, ranks []status.RankInfo) (*Metrics
 	}
 	e := &MetricsExporter{
 		model: status.NewModel(ranks), runID: runID, layout: layout,
-		started: map[string]bool{}, restarts: map[string]int{}, lost: map[string]int{},
+		started: map[string]bool{}, restarts: map[string]int{}, lost: map[string]int{}, lostNow: map[string]bool{},
 		ln: ln, done: make(chan error, 1),
 	}
 	reg := prometheus.NewRegistry()
@@ -122,7 +125,13 @@ func (e *MetricsExporter) Event(ev proto.Event) {
 			e.restarts[ev.Host]++
 		}
 		e.started[ev.Host] = true
-	case ev.Type == proto.EventHostDropped:
+	case ev.Type == proto.EventAttempt:
+		clear(e.lostNow)
+	case ev.Type == proto.EventHostLost:
+		e.lost[ev.Host]++
+		e.lostNow[ev.Host] = true
+	case ev.Type == proto.EventHostDropped && !e.lostNow[ev.Host]:
+		// Dropped for another reason: it hung the job, or failed too often.
 		e.lost[ev.Host]++
 	}
 }

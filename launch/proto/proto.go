@@ -62,6 +62,10 @@ const (
 	// restart may change them), Message says so. Views that show ranks
 	// forget the ranks of the attempt before.
 	EventAttempt = "attempt"
+	// EventHostLost: the agent of Host was lost during an attempt (it
+	// ended, fell silent, or never joined), elastic job or not; Message:
+	// why. Once per host and attempt.
+	EventHostLost = "host_lost"
 )
 
 // Command types written by the launcher after the Assignment.
