@@ -105,3 +105,47 @@ func addTo(out, a, b []float32) {
 		out[i] = a[i] + b[i]
 	}
 }
+
+// lnOut writes o = ((x - m)·s)·w + b for len(x) values: a layer norm's
+// output row from its mean m and reciprocal deviation s.
+func lnOut(o, x, w, b []float32, m, s float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		lnOutAVX2(o[:n], x[:n], w[:n], b[:n], m, s)
+	}
+	o, w, b = o[:len(x)], w[:len(x)], b[:len(x)]
+	for i := n; i < len(x); i++ {
+		o[i] = float32(float32((x[i]-m)*s)*w[i]) + b[i]
+	}
+}
+
+// lnGradOut adds ((w·d - gMean) - ((x - m)·s)·gxMean)·s to di for len(x)
+// values: a layer norm's input gradient row.
+func lnGradOut(di, x, w, d []float32, m, s, gMean, gxMean float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		lnGradOutAVX2(di[:n], x[:n], w[:n], d[:n], &[4]float32{m, s, gMean, gxMean})
+	}
+	di, w, d = di[:len(x)], w[:len(x)], d[:len(x)]
+	for i := n; i < len(x); i++ {
+		g := float32(w[i]*d[i]) - gMean
+		di[i] += float32((g - float32(float32((x[i]-m)*s)*gxMean)) * s)
+	}
+}
+
+// lnParamGrad adds d to dbias and ((x - m)·s)·d to dweight for len(x)
+// values: one row's share of a layer norm's parameter gradients.
+func lnParamGrad(dweight, dbias, d, x []float32, m, s float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		lnParamGradAVX2(dweight[:n], dbias[:n], d[:n], x[:n], m, s)
+	}
+	dweight, dbias, d = dweight[:len(x)], dbias[:len(x)], d[:len(x)]
+	for i := n; i < len(x); i++ {
+		dbias[i] += d[i]
+		dweight[i] += float32(float32((x[i]-m)*s) * d[i])
+	}
+}

@@ -29,3 +29,14 @@ func addF64AVX2(acc []float64, d []float32)
 
 //go:noescape
 func addToAVX2(out, a, b []float32)
+
+//go:noescape
+func lnOutAVX2(o, x, w, b []float32, m, s float32)
+
+// lnGradOutAVX2 reads m, s, gMean and gxMean from k.
+//
+//go:noescape
+func lnGradOutAVX2(di, x, w, d []float32, k *[4]float32)
+
+//go:noescape
+func lnParamGradAVX2(dweight, dbias, d, x []float32, m, s float32)

@@ -161,3 +161,111 @@ sumLoop:
 sumDone:
 	VZEROUPPER
 	RET
+
+// func lnOutAVX2(o, x, w, b []float32, m, s float32)
+//
+// o = ((x - m)·s)·w + b.
+TEXT ·lnOutAVX2(SB), NOSPLIT, $0-104
+	MOVQ o_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ x_len+32(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ b_base+72(FP), R8
+	SHRQ $3, CX
+	JZ   lnoDone
+	VBROADCASTSS m+96(FP), Y15
+	VBROADCASTSS s+100(FP), Y14
+
+lnoLoop:
+	VMOVUPS (SI), Y0
+	VSUBPS  Y15, Y0, Y0
+	VMULPS  Y14, Y0, Y0
+	VMULPS  (DX), Y0, Y0
+	VADDPS  (R8), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, R8
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     lnoLoop
+
+lnoDone:
+	VZEROUPPER
+	RET
+
+// func lnGradOutAVX2(di, x, w, d []float32, k *[4]float32)
+//
+// di += ((w·d - gMean) - ((x - m)·s)·gxMean)·s, with k = {m, s, gMean,
+// gxMean}.
+TEXT ·lnGradOutAVX2(SB), NOSPLIT, $0-104
+	MOVQ di_base+0(FP), DI
+	MOVQ x_base+24(FP), SI
+	MOVQ x_len+32(FP), CX
+	MOVQ w_base+48(FP), DX
+	MOVQ d_base+72(FP), R8
+	MOVQ k+96(FP), AX
+	SHRQ $3, CX
+	JZ   lngDone
+	VBROADCASTSS 0(AX), Y15  // m
+	VBROADCASTSS 4(AX), Y14  // s
+	VBROADCASTSS 8(AX), Y13  // gMean
+	VBROADCASTSS 12(AX), Y12 // gxMean
+
+lngLoop:
+	VMOVUPS (DX), Y0
+	VMULPS  (R8), Y0, Y0
+	VSUBPS  Y13, Y0, Y0  // w·d - gMean
+	VMOVUPS (SI), Y1
+	VSUBPS  Y15, Y1, Y1
+	VMULPS  Y14, Y1, Y1
+	VMULPS  Y12, Y1, Y1  // ((x - m)·s)·gxMean
+	VSUBPS  Y1, Y0, Y0
+	VMULPS  Y14, Y0, Y0
+	VADDPS  (DI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, R8
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     lngLoop
+
+lngDone:
+	VZEROUPPER
+	RET
+
+// func lnParamGradAVX2(dweight, dbias, d, x []float32, m, s float32)
+//
+// dbias += d; dweight += ((x - m)·s)·d.
+TEXT ·lnParamGradAVX2(SB), NOSPLIT, $0-104
+	MOVQ dweight_base+0(FP), DI
+	MOVQ dweight_len+8(FP), CX
+	MOVQ dbias_base+24(FP), DX
+	MOVQ d_base+48(FP), R8
+	MOVQ x_base+72(FP), SI
+	SHRQ $3, CX
+	JZ   lnpDone
+	VBROADCASTSS m+96(FP), Y15
+	VBROADCASTSS s+100(FP), Y14
+
+lnpLoop:
+	VMOVUPS (R8), Y2
+	VADDPS  (DX), Y2, Y0
+	VMOVUPS Y0, (DX)
+	VMOVUPS (SI), Y1
+	VSUBPS  Y15, Y1, Y1
+	VMULPS  Y14, Y1, Y1
+	VMULPS  Y2, Y1, Y1
+	VADDPS  (DI), Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, R8
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     lnpLoop
+
+lnpDone:
+	VZEROUPPER
+	RET

@@ -141,3 +141,41 @@ func TestBiasResidualThreadsMatchScalar(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormLoopsMatchGo: the layer norm's element-wise loops (output,
+// input gradient, parameter gradients) give the bits of the scalar
+// formulas LayerNormForward and LayerNormBackward used before them, on
+// every length from 0 to 80 and at odd offsets.
+func TestLayerNormLoopsMatchGo(t *testing.T) {
+	r := newRand(92)
+	m, s, gMean, gxMean := float32(0.37), float32(1.9), float32(-0.021), float32(0.45)
+	for n := range 81 {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			const off = 1
+			x, w, b, d := elemInputs(r, n+off)[off:], randSlice(r, n, 2), randSlice(r, n, 1), elemInputs(r, n)
+			o := make([]float32, n+off)[off:]
+			lnOut(o, x, w, b, m, s)
+			di, dw, db := randSlice(r, n, 1), randSlice(r, n, 1), randSlice(r, n, 1)
+			wantDi, wantDw, wantDb := append([]float32(nil), di...), append([]float32(nil), dw...), append([]float32(nil), db...)
+			lnGradOut(di, x, w, d, m, s, gMean, gxMean)
+			lnParamGrad(dw, db, d, x, m, s)
+			for i, xi := range x {
+				xhat := float32((xi - m) * s)
+				if want := float32(xhat*w[i]) + b[i]; !sameBits(o[i], want) {
+					t.Fatalf("lnOut[%d] = %g, want %g", i, o[i], want)
+				}
+				wantDi[i] += float32((float32(float32(w[i]*d[i])-gMean) - float32(xhat*gxMean)) * s)
+				wantDb[i] += d[i]
+				wantDw[i] += float32(xhat * d[i])
+				for _, c := range []struct {
+					name      string
+					got, want float32
+				}{{"lnGradOut", di[i], wantDi[i]}, {"dweight", dw[i], wantDw[i]}, {"dbias", db[i], wantDb[i]}} {
+					if !sameBits(c.got, c.want) {
+						t.Fatalf("%s[%d] = %g, want %g (x %g, d %g)", c.name, i, c.got, c.want, xi, d[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -48,11 +48,7 @@ func layerNormRows(out, mean, rstd, inp, weight, bias []float32, lo, hi, C int) 
 		}
 		v := ((v0 + v1) + (v2 + v3)) / float32(C)
 		s := float32(1 / math.Sqrt(float64(v)+lnEps))
-		o := out[n*C : n*C+C]
-		o, w, b := o[:len(x)], weight[:len(x)], bias[:len(x)]
-		for i, xi := range x {
-			o[i] = (xi-m)*s*w[i] + b[i]
-		}
+		lnOut(out[n*C:n*C+C], x, weight, bias, m, s)
 		mean[n], rstd[n] = m, s
 	}
 }
@@ -110,11 +106,7 @@ func layerNormInputGrad(dinp, dweight, dbias, dout, inp, weight, mean, rstd []fl
 		}
 		gMean := (a0 + a1) / float32(C)
 		gxMean := (b0 + b1) / float32(C)
-		di := dinp[n*C : n*C+C]
-		di = di[:len(x)]
-		for i, xi := range x {
-			di[i] += (w[i]*d[i] - gMean - (xi-m)*s*gxMean) * s
-		}
+		lnGradOut(dinp[n*C:n*C+C], x, w, d, m, s, gMean, gxMean)
 		if dweight != nil {
 			lnParamGradRow(dweight, dbias, d, x, m, s)
 		}
@@ -127,9 +119,5 @@ func layerNormInputGrad(dinp, dweight, dbias, dout, inp, weight, mean, rstd []fl
 // float32 conversion keeps the compiler from fusing the multiply-add on one
 // path and not the other.
 func lnParamGradRow(dweight, dbias, d, x []float32, m, s float32) {
-	dweight, dbias, d = dweight[:len(x)], dbias[:len(x)], d[:len(x)]
-	for i, xi := range x {
-		dbias[i] += d[i]
-		dweight[i] += float32(float32((xi-m)*s) * d[i])
-	}
+	lnParamGrad(dweight, dbias, d, x, m, s)
 }
