@@ -88,15 +88,9 @@ func attentionForwardHead(gemm gemmFunc, out, att, qkv []float32, b, h, T, C, NH
 // the masked rest of the row to 0.
 func softmaxCausalRow(row []float32, i int) {
 	s := row[:i+1]
-	mx := max32(s)
-	for j := range s {
-		s[j] -= mx
-	}
+	subScalar(s, max32(s))
 	expInPlace(s)
-	inv := 1 / sum32(s)
-	for j := range s {
-		s[j] *= inv
-	}
+	mulScalar(s, 1/sum32(s))
 	clear(row[i+1:])
 }
 
@@ -173,9 +167,6 @@ func attentionBackwardHead(gemm gemmFunc, dqkv, dout, qkv, att, ds []float32, b,
 // get 0, which the blocked matmuls that follow rely on.
 func softmaxBackwardRow(ds, p []float32) {
 	g := ds[:len(p)]
-	dot := dot32(p, g)
-	for j, pj := range p {
-		g[j] = pj * (g[j] - dot)
-	}
+	softmaxGrad(g, p, dot32(p, g))
 	clear(ds[len(p):])
 }

@@ -149,3 +149,41 @@ func lnParamGrad(dweight, dbias, d, x []float32, m, s float32) {
 		dweight[i] += float32(float32((x[i]-m)*s) * d[i])
 	}
 }
+
+// subScalar subtracts c from every value of x.
+func subScalar(x []float32, c float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		subScalarAVX2(x[:n], c)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] -= c
+	}
+}
+
+// mulScalar multiplies every value of x by c.
+func mulScalar(x []float32, c float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(x) &^ 7
+		mulScalarAVX2(x[:n], c)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] *= c
+	}
+}
+
+// softmaxGrad writes g = p·(g - dot) for len(p) values: a softmax row's
+// gradient from its probabilities and the gradient at its output.
+func softmaxGrad(g, p []float32, dot float32) {
+	n := 0
+	if useAVX2Elem {
+		n = len(p) &^ 7
+		softmaxGradAVX2(g[:n], p[:n], dot)
+	}
+	g = g[:len(p)]
+	for i := n; i < len(p); i++ {
+		g[i] = p[i] * (g[i] - dot)
+	}
+}

@@ -40,3 +40,12 @@ func lnGradOutAVX2(di, x, w, d []float32, k *[4]float32)
 
 //go:noescape
 func lnParamGradAVX2(dweight, dbias, d, x []float32, m, s float32)
+
+//go:noescape
+func subScalarAVX2(x []float32, c float32)
+
+//go:noescape
+func mulScalarAVX2(x []float32, c float32)
+
+//go:noescape
+func softmaxGradAVX2(g, p []float32, dot float32)

@@ -269,3 +269,67 @@ lnpLoop:
 lnpDone:
 	VZEROUPPER
 	RET
+
+// func subScalarAVX2(x []float32, c float32)
+TEXT ·subScalarAVX2(SB), NOSPLIT, $0-28
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	SHRQ $3, CX
+	JZ   subDone
+	VBROADCASTSS c+24(FP), Y15
+
+subLoop:
+	VMOVUPS (SI), Y0
+	VSUBPS  Y15, Y0, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     subLoop
+
+subDone:
+	VZEROUPPER
+	RET
+
+// func mulScalarAVX2(x []float32, c float32)
+TEXT ·mulScalarAVX2(SB), NOSPLIT, $0-28
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	SHRQ $3, CX
+	JZ   mulDone
+	VBROADCASTSS c+24(FP), Y15
+
+mulLoop:
+	VMULPS  (SI), Y15, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     mulLoop
+
+mulDone:
+	VZEROUPPER
+	RET
+
+// func softmaxGradAVX2(g, p []float32, dot float32)
+//
+// g = p·(g - dot).
+TEXT ·softmaxGradAVX2(SB), NOSPLIT, $0-52
+	MOVQ g_base+0(FP), DI
+	MOVQ p_base+24(FP), SI
+	MOVQ p_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   sgDone
+	VBROADCASTSS dot+48(FP), Y15
+
+sgLoop:
+	VMOVUPS (DI), Y0
+	VSUBPS  Y15, Y0, Y0
+	VMULPS  (SI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     sgLoop
+
+sgDone:
+	VZEROUPPER
+	RET

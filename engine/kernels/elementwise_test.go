@@ -179,3 +179,26 @@ func TestLayerNormLoopsMatchGo(t *testing.T) {
 		})
 	}
 }
+
+// TestSoftmaxLoopsMatchGo: the softmax's element-wise loops (subtract the
+// maximum, scale by the sum's reciprocal, the gradient p·(g - dot)) give
+// the bits of the scalar loops they replace, on every length from 1 to 80
+// (every tail) and at an odd offset.
+func TestSoftmaxLoopsMatchGo(t *testing.T) {
+	r := newRand(93)
+	for n := 1; n <= 80; n++ {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			x, y := elemInputs(r, n+1)[1:], randSlice(r, n, 2)
+			c := y[0]
+			sub, mul, g := append([]float32(nil), x...), append([]float32(nil), x...), append([]float32(nil), y...)
+			subScalar(sub, c)
+			mulScalar(mul, c)
+			softmaxGrad(g, x, c)
+			for i, v := range x {
+				if !sameBits(sub[i], v-c) || !sameBits(mul[i], v*c) || !sameBits(g[i], v*(y[i]-c)) {
+					t.Fatalf("[%d]: sub %g, mul %g, grad %g; want %g, %g, %g", i, sub[i], mul[i], g[i], v-c, v*c, v*(y[i]-c))
+				}
+			}
+		})
+	}
+}
