@@ -18,12 +18,19 @@ type World struct {
 	Size    int              // ranks in all
 	Slots   []int            // ranks per node
 	Bind    BindMode         // the job's --bind, which each agent plans from its facts ("" binds nothing)
+	// State is the planner's state as the last attempt planned it
+	// (Planned.State), carried through the rounds of a per-node job, in
+	// which every node plans alike, nodes that joined late included; ""
+	// for the first attempt, and under the SSH launcher, whose one
+	// planner keeps its own.
+	State string
 }
 
 // Planned is Runtime.Plan's answer for one attempt.
 type Planned struct {
 	Env   []string // KEY=VALUE for every rank, over the job's
 	Notes []string // shown to the user as notices
+	State string   // the planner's state after this attempt: World.State of the next, per node
 }
 
 // planResult is what Runtime.Plan returned for an attempt.

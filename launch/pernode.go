@@ -129,7 +129,7 @@ func (r *Request) RunPerNode(ctx context.Context, w Workload, view status.View, 
 	}
 	return pn.attempts(ctx, r, pn.base, me, Runtime{Transport: local, View: view, LogDir: r.LogDir, Abort: abort,
 		JoinTimeout: r.JoinTimeout, HangTimeout: r.HangTimeout, StragglerFactor: r.StragglerFactor,
-		RestartJitter: restartJitter, Etcd: pn.etcd, RendezvousHost: pn.rdzvHost})
+		RestartJitter: restartJitter, Etcd: pn.etcd, RendezvousHost: pn.rdzvHost, Plan: r.Plan})
 }
 
 // joinPerNode checks the request, reads the secret and connects to the
@@ -219,7 +219,7 @@ func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me
 		me.Port = port
 		members, mine, err := pn.meetRound(ctx, n, me, rt.JoinTimeout)
 		if errors.Is(err, errSpare) {
-			notice(rt.View, fmt.Sprintf("round %d closed with %d nodes without this one (--nnodes %d:%d): waiting as a spare for the next round", n, pn.max, pn.min, pn.max))
+			notice(rt.View, fmt.Sprintf("round %d closed without this one (--nnodes %d:%d): waiting as a spare for the next round", n, pn.min, pn.max))
 			if err = pn.waitRound(ctx, n+1); err == nil {
 				continue
 			}
@@ -241,7 +241,10 @@ func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me
 		art := rt
 		art.Transport = &nodeTransport{local: local, na: na}
 		art.meet = pn.meet
+		planned := &plannedState{}
+		art.Plan = planned.wrap(rt.Plan, members)
 		err, _ = runAttempt(ctx, p, art, n)
+		me.Plan, me.PlanAttempt = planned.after(me.Plan, me.PlanAttempt, n)
 		na.cancel()
 		if err == nil || !restartable(err) || na.final || n >= p.MaxRestarts || ctx.Err() != nil {
 			return pn.leave(ctx, rt.View, me.Name, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gtrain/gtrain/rendezvous"
@@ -35,6 +36,11 @@ type nodeInfo struct {
 	MaxRestarts int    `json:"max_restarts"`         // must agree job-wide
 	StoreHost   bool   `json:"store_host,omitempty"` // it hosts the c10d store
 	Job         string `json:"job,omitempty"`        // Workload.Digest: must agree job-wide
+	// Plan is the state Runtime.Plan returned for attempt PlanAttempt, the
+	// last this node planned (World.State): the newest in a round is the
+	// one every node plans the next attempt from.
+	Plan        string `json:"plan,omitempty"`
+	PlanAttempt int    `json:"plan_attempt,omitempty"`
 }
 
 // lastCall is how long a round that reached MIN nodes waits for more
@@ -273,4 +279,47 @@ func digestOrNone(d string) string {
 		return "none: a command"
 	}
 	return d
+}
+
+// plannedState carries Runtime.Plan's state through a per-node job's
+// rounds: every node plans its own ranks, from the newest state any
+// member of the round has, so that a node that joined at a restart plans
+// as the others do.
+type plannedState struct {
+	mu    sync.Mutex
+	state string // what this attempt's plan returned
+	done  bool
+}
+
+// wrap is plan given the newest state of the round's members; nil when
+// the job has no plan.
+func (ps *plannedState) wrap(plan func(context.Context, World) (Planned, error), members []nodeInfo) func(context.Context, World) (Planned, error) {
+	if plan == nil {
+		return nil
+	}
+	newest := slices.MaxFunc(members, func(a, b nodeInfo) int {
+		return cmp.Or(cmp.Compare(a.PlanAttempt, b.PlanAttempt), cmp.Compare(min(len(a.Plan), 1), min(len(b.Plan), 1)))
+	})
+	return func(ctx context.Context, w World) (Planned, error) {
+		w.State = newest.Plan
+		pl, err := plan(ctx, w)
+		if err == nil {
+			ps.mu.Lock()
+			ps.state, ps.done = pl.State, true
+			ps.mu.Unlock()
+		}
+		return pl, err
+	}
+}
+
+// after is this node's state for the next round once attempt n is over:
+// the plan's for attempt n where it ran, else the one it had (state of
+// attempt last).
+func (ps *plannedState) after(state string, last, n int) (string, int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.done || ps.state == "" {
+		return state, last
+	}
+	return ps.state, n
 }
