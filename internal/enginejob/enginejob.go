@@ -141,7 +141,7 @@ func (j *Job) finish(ctx context.Context, o Options, js string) error {
 	if err := o.checkLayout(j.Spec, j.Ranks, false); err != nil {
 		return err
 	}
-	err := train.CheckFresh(ctx, j.Spec.Checkpoint.Dir)
+	err := o.checkFresh(ctx, j.Spec.Checkpoint.Dir)
 	if errors.As(err, new(*train.UsedDirError)) {
 		return usage.Errorf("run: %w", err)
 	}

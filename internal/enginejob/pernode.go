@@ -1,13 +1,18 @@
 package enginejob
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 
+	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/internal/usage"
+	"github.com/gtrain/gtrain/launch"
 )
 
 // maxRunIDDir bounds the --rdzv-id a per-node run directory is named by.
@@ -46,4 +51,49 @@ func (j *Job) Digest() string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// planState is an attemptPlanner's state between attempts, as a per-node
+// job carries it in its rounds (launch.World.State): each node plans its
+// own ranks' spec, and a node that joined at a restart must lay the job
+// out as the others do: for the global batch the job started with and
+// from the layout the last attempt ran, not from its own first world.
+type planState struct {
+	Global int        `json:"global"`
+	First  int        `json:"first"`
+	Cur    train.Spec `json:"cur"`
+}
+
+// carried is plan after taking over the state w carries, if any; it
+// returns the state after this attempt with the plan.
+func (p *attemptPlanner) carried(ctx context.Context, w launch.World) (launch.Planned, error) {
+	if w.State != "" {
+		var st planState
+		if err := json.Unmarshal([]byte(w.State), &st); err != nil || st.Global < 1 || st.First < 1 {
+			return launch.Planned{}, fmt.Errorf("run: the job's layout of the last attempt, from the rendezvous: malformed (%v)", err)
+		}
+		p.global, p.first, p.cur = st.Global, st.First, st.Cur
+	}
+	out, err := p.plan(ctx, w)
+	if err != nil {
+		return out, err
+	}
+	b, err := json.Marshal(planState{Global: p.global, First: p.first, Cur: p.cur})
+	if err != nil {
+		return out, fmt.Errorf("run: encode the layout of attempt %d: %w", w.Attempt, err)
+	}
+	out.State = string(b)
+	return out, nil
+}
+
+// checkFresh refuses a fresh job a directory that holds a run
+// (train.CheckFresh), except on a node of a per-node job: a node that
+// joins the job at a restart finds the job's own checkpoints there, and
+// cannot tell them from another run's. Rank 0 checks in its place (a
+// fresh start refuses a used directory; a restart resumes from it).
+func (o Options) checkFresh(ctx context.Context, dir string) error {
+	if o.PerNode {
+		return nil
+	}
+	return train.CheckFresh(ctx, dir)
 }

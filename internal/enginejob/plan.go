@@ -40,7 +40,7 @@ type PlanOptions struct {
 // o.Auto keep the spec the ranks already have.
 func (j *Job) Planner(o PlanOptions) func(context.Context, launch.World) (launch.Planned, error) {
 	pl := &attemptPlanner{job: j, o: o, cur: j.Spec, speed: o.Speed}
-	return pl.plan
+	return pl.carried // plan, with its state carried between nodes (pernode.go)
 }
 
 // attemptPlanner is Planner's state across attempts; the launcher asks it for
