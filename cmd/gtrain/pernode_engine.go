@@ -17,7 +17,10 @@ import (
 // node 0, creates and locks the checkpoint directory and writes
 // metrics.jsonl there, and checks that every node's ranks see that
 // directory (the engine's shared-directory probe), as on a hostfile's
-// hosts. A restart resumes from the newest checkpoint as there.
+// hosts. A restart resumes from the newest checkpoint as there, and with
+// --nnodes MIN:MAX on the world of the attempt with the global batch the
+// job started with (enginejob's planner, Runtime.Plan, on every node: the
+// rounds carry its state to a node that joins at a restart).
 
 // runPerNodeEngine runs this node's ranks of a per-node job of the
 // built-in engine.
@@ -37,32 +40,30 @@ func (o *RunOptions) runPerNodeEngine(ctx context.Context) error {
 	}
 	defer j.Release()
 	o.sayEngine(j)
+	lo := o.LaunchOptions // a copy: the planning hook is this job's, not a flag's
+	lo.Plan = j.Planner(enginejob.PlanOptions{})
 	w := launch.Workload{Command: j.Command, Env: j.Env, Digest: j.Digest()}
-	return o.perNodeRun(ctx, w, engineLayout(j.Spec))
+	return o.perNodeRun(ctx, &lo, w, engineLayout(j.Spec))
 }
 
 // checkPerNodeEngine refuses what per-node mode does not do for the
-// built-in engine: --auto, which lays the job out for hosts no node
-// knows before the nodes meet, and --nnodes MIN:MAX, since a node that
-// joins only at a restart would lay the job out for the world it first
-// sees, not the global batch the job started with.
+// built-in engine: --auto, which lays the job out from the hosts' facts,
+// which no node has of the others.
 func (o *RunOptions) checkPerNodeEngine() error {
-	lo, hi, _, err := o.CheckPerNode()
-	switch {
-	case err != nil:
+	if _, _, _, err := o.CheckPerNode(); err != nil {
 		return err
-	case o.Auto:
+	}
+	if o.Auto {
 		return usage.Errorf("run: --auto is not available in per-node mode: give the layout with --set parallel.tp=..., parallel.pp=..., or run --auto with --hostfile")
-	case lo != hi:
-		return usage.Errorf("run: --nnodes %s: the built-in engine runs per node on a fixed number of nodes (--nnodes %d); elastic engine jobs run with --hostfile", o.NNodes, hi)
 	}
 	return nil
 }
 
 // perNodeRun runs this node's part of the per-node job whose ranks run w,
-// with --metrics-addr serving this node's ranks (layout naming the job in
+// with lo (the run's launch options and its planning hook), and with
+// --metrics-addr serves this node's ranks (layout naming the job in
 // gtrain_job_info) for as long as it runs.
-func (o *RunOptions) perNodeRun(ctx context.Context, w launch.Workload, layout string) error {
+func (o *RunOptions) perNodeRun(ctx context.Context, lo *LaunchOptions, w launch.Workload, layout string) error {
 	var view status.View = status.NewLines(o.IO.Out, o.IO.Err, true)
 	if o.Output == "json" {
 		view = status.NewJSON(o.IO.Out)
@@ -77,6 +78,6 @@ func (o *RunOptions) perNodeRun(ctx context.Context, w launch.Workload, layout s
 		fmt.Fprintf(o.IO.Err, "gtrain: Prometheus metrics on http://%s/metrics (this node's ranks)\n", exp.Addr())
 		view = status.Multi(view, exp)
 	}
-	err := o.RunPerNode(ctx, w, view, o.Signals.abort)
+	err := lo.RunPerNode(ctx, w, view, o.Signals.abort)
 	return endView(view, err)
 }

@@ -179,6 +179,48 @@ func TestPerNodeEngineRestart(t *testing.T) {
 	compareLosses(t, runLosses(t, filepath.Join(dir, "runs", "restart-engine"), 8), want, 8)
 }
 
+// TestPerNodeEngineElasticNewcomer: --nnodes 2:3, two nodes start the
+// job (2 ranks, micro_batch 3: a global batch of 6 sequences); node 1's
+// rank fails after step 5, and while the job restarts a third node,
+// started only then, joins the new round. Attempt 1 runs on 3 ranks with
+// the global batch of 6 on every node, the newcomer included (without the
+// planner's state from the rounds it would lay its rank out for 9), and
+// every step's loss is that of an uninterrupted run of one rank of
+// micro_batch 6.
+func TestPerNodeEngineElasticNewcomer(t *testing.T) {
+	endpoint, dir, refDir := freeLoopbackPort(t), t.TempDir(), t.TempDir()
+	job := writePerNodeJob(t, "12", "2")
+	code, _, stderr := runGtrain(t, 3*time.Minute, "run", "--table", "never", "--job", job, "--set", "batch.micro_batch=6", "--chdir", refDir)
+	if code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", code, stderr)
+	}
+	want := runLosses(t, onlyRun(t, filepath.Join(refDir, "runs")), 12)
+
+	common := []string{"--nnodes", "2:3", "--max-restarts", "1", "--job", job, "--set", "batch.micro_batch=3", "--chdir", dir}
+	nodes := []*node{
+		loopbackNode(t, endpoint, "elastic-engine", 0, common...),
+		loopbackNode(t, endpoint, "elastic-engine", 1, append(common, "--env", "GTRAIN_FAULT_FAIL_AFTER_STEP=5")...),
+	}
+	// The round of the restart waits 30 s (its last call) for more nodes
+	// once 2 joined: the newcomer, started now, is in time.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
+	defer cancel()
+	waitFor(t, ctx, func() bool { return strings.Contains(nodes[0].err.String(), "restarting the job") })
+	nodes = append(nodes, loopbackNode(t, endpoint, "elastic-engine", 2, common...))
+	for i, n := range nodes {
+		if code := n.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("node %d: exit %d\n%s", i, code, n.err.String())
+		}
+		if !strings.Contains(n.err.String(), "attempt 1 runs on 3 ranks: tp 1 × pp 1 × dp 3, micro_batch 2 × grad_accum 1, the global batch stays 6 sequences") {
+			t.Errorf("node %d does not say attempt 1 runs on 3 ranks with the global batch of 6:\n%s", i, n.err.String())
+		}
+	}
+	if m := resumedAt.FindStringSubmatch(nodes[0].out.String()); m == nil || m[1] != "4" {
+		t.Errorf("rank 0 did not say it resumed at step 4 (%v):\n%s", m, nodes[0].out.String())
+	}
+	compareLosses(t, runLosses(t, filepath.Join(dir, "runs", "elastic-engine"), 12), want, 12)
+}
+
 // rankSeries finds the ranks a metrics page has gtrain_rank_step for.
 var rankSeries = regexp.MustCompile(`(?m)^gtrain_rank_step\{[^}]*rank="(\d+)"`)
 
@@ -261,7 +303,6 @@ func TestPerNodeEngineRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"elastic", []string{"--nnodes", "1:2"}, "runs per node on a fixed number of nodes (--nnodes 2)"},
 		{"auto", []string{"--nnodes", "2", "--auto"}, "--auto is not available in per-node mode"},
 		{"dry run", []string{"--nnodes", "2", "--dry-run"}, "run the same command without --nnodes"},
 		{"run id", []string{"--nnodes", "2", "--rdzv-id", "../up"}, `--rdzv-id "../up" names the per-node job's run directory`},

@@ -253,7 +253,7 @@ func (o *RunOptions) runPerNode(ctx context.Context) error {
 	case len(o.Command) == 0:
 		return o.runPerNodeEngine(ctx)
 	}
-	return o.perNodeRun(ctx, launch.Workload{Command: o.Command}, "command, per node")
+	return o.perNodeRun(ctx, &o.LaunchOptions, launch.Workload{Command: o.Command}, "command, per node")
 }
 
 // check validates flag values that need no I/O.
