@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/netns"
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 // The built-in engine in per-node mode: `gtrain run --nnodes N
@@ -233,24 +235,11 @@ var jobInfo = regexp.MustCompile(`(?m)^gtrain_job_info\{[^}]*run_id="metrics-job
 func TestPerNodeEngineMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
 	defer cancel()
-	endpoint, dir := freeLoopbackPort(t), t.TempDir()
-	job := writePerNodeJob(t, "1000000", "1000000")
-	var cmds []*exec.Cmd
-	var urls []string
-	for i := range 2 {
-		cmd := exec.CommandContext(ctx, gtrainBin(t), "run", "--nnodes", "2", "--rdzv-endpoint", endpoint,
-			"--rdzv-id", "metrics-job", "--local-addr", "127.0.0."+strconv.Itoa(i+1), "--nproc-per-node", "1",
-			"--table", "never", "--heartbeat", "500ms", "--grace-period", "3s", "--job", job, "--chdir", dir,
-			"--metrics-addr", "127.0.0.1:0")
-		cmd.Env = append(os.Environ(), "NO_COLOR=1", "GTRAIN_RDZV_SECRET="+testSecret)
-		cmd.Stdout = io.Discard
-		urls = append(urls, "http://"+startScanningStderr(t, cmd)+"/metrics")
-		cmds = append(cmds, cmd)
-	}
+	cmds, urls := startMetricsNodes(t, ctx, "metrics-job", t.TempDir())
 	pages := make([]string, 2)
 	waitFor(t, ctx, func() bool {
 		for i, u := range urls {
-			pages[i] = scrape(t, ctx, u)
+			pages[i] = scrape(t, ctx, "http://"+u+"/metrics")
 		}
 		return rankSeries.MatchString(pages[0]) && rankSeries.MatchString(pages[1])
 	})
@@ -263,7 +252,79 @@ func TestPerNodeEngineMetrics(t *testing.T) {
 			t.Errorf("node %d serves no gtrain_job_info of run metrics-job:\n%s", i, p)
 		}
 	}
-	done := make(chan error, 2)
+	interrupt(t, ctx, cmds)
+}
+
+// TestPerNodePrometheus: a real Prometheus per node (one scrape target
+// per pod, as on Kubernetes), scraping every second, has a few samples of
+// that node's rank; once the job is interrupted, rank 0's loss at the last
+// scrape equals the loss metrics.jsonl has for the step of that scrape.
+func TestPerNodePrometheus(t *testing.T) {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		proctest.Missing(t, "GTRAIN_REQUIRE_PROMETHEUS", fmt.Errorf("no prometheus (apt-get install prometheus): %w", err))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute) // a backstop
+	defer cancel()
+	dir := t.TempDir()
+	cmds, urls := startMetricsNodes(t, ctx, "prom-job", dir)
+	proms := []*prometheus{startPrometheus(t, ctx, bin, urls[0]), startPrometheus(t, ctx, bin, urls[1])}
+	waitFor(t, ctx, func() bool {
+		return len(proms[0].samples(t, `gtrain_rank_step{rank="0"}[1m]`)) >= 3 && len(proms[1].samples(t, `gtrain_rank_step{rank="1"}[1m]`)) >= 3
+	})
+	interrupt(t, ctx, cmds)
+	if other := proms[0].samples(t, `gtrain_rank_step{rank="1"}[5m]`); len(other) > 0 {
+		t.Errorf("node 0's Prometheus has %d samples of rank 1, which node 1 runs", len(other))
+	}
+	loss := proms[0].samples(t, `gtrain_rank_loss{rank="0"}[5m]`)
+	step := proms[0].samples(t, `gtrain_rank_step{rank="0"}[5m]`)
+	lastLoss, lastStep := loss[len(loss)-1], step[len(step)-1]
+	if lastLoss.at != lastStep.at {
+		t.Fatalf("last loss sample at %v, last step sample at %v: want one scrape", lastLoss.at, lastStep.at)
+	}
+	n := int(lastStep.v)
+	var want *train.MetricsLine
+	train.ReadMetrics(filepath.Join(dir, "runs", "prom-job", train.MetricsFile), func(m train.MetricsLine) error {
+		if m.Step == n {
+			want = &m
+		}
+		return nil
+	})
+	if want == nil {
+		t.Fatalf("metrics.jsonl has no step %d, the last one Prometheus scraped", n)
+	} else if float32(lastLoss.v) != want.Loss {
+		t.Errorf("step %d: Prometheus has rank 0's loss %v, metrics.jsonl %v", n, lastLoss.v, want.Loss)
+	}
+}
+
+// startMetricsNodes starts the 2 nodes (one rank each, on this machine)
+// of a long per-node job id of the built-in engine in dir, each serving
+// --metrics-addr on a loopback port, and returns them and the addresses
+// they announced.
+func startMetricsNodes(t *testing.T, ctx context.Context, id, dir string) ([]*exec.Cmd, []string) {
+	t.Helper()
+	endpoint := freeLoopbackPort(t)
+	job := writePerNodeJob(t, "1000000", "1000000")
+	var cmds []*exec.Cmd
+	var addrs []string
+	for i := range 2 {
+		cmd := exec.CommandContext(ctx, gtrainBin(t), "run", "--nnodes", "2", "--rdzv-endpoint", endpoint,
+			"--rdzv-id", id, "--local-addr", "127.0.0."+strconv.Itoa(i+1), "--nproc-per-node", "1",
+			"--table", "never", "--heartbeat", "500ms", "--grace-period", "3s", "--job", job, "--chdir", dir,
+			"--metrics-addr", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(), "NO_COLOR=1", "GTRAIN_RDZV_SECRET="+testSecret)
+		cmd.Stdout = io.Discard
+		addrs = append(addrs, startScanningStderr(t, cmd))
+		cmds = append(cmds, cmd)
+	}
+	return cmds, addrs
+}
+
+// interrupt sends SIGINT (Ctrl-C) to every node and waits for them all to
+// exit; ctx is the backstop.
+func interrupt(t *testing.T, ctx context.Context, cmds []*exec.Cmd) {
+	t.Helper()
+	done := make(chan error, len(cmds))
 	for _, cmd := range cmds {
 		cmd.Process.Signal(syscall.SIGINT)
 		go func() { done <- cmd.Wait() }()
