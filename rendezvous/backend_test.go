@@ -26,6 +26,11 @@ type rdzv struct {
 	arrivals func(t *testing.T, name string, n int)
 	// joined waits until n nodes are in the round.
 	joined func(t *testing.T, n int)
+	// where is what the backend's errors say after "rendezvous: ".
+	where string
+	// adders are testAddConcurrent's clients, goroutines per client and
+	// adds per goroutine: an add in etcd is a read and a transaction.
+	adders [3]int
 }
 
 // backends runs f against each backend, expecting nodes in the round.
@@ -37,6 +42,7 @@ func backends(t *testing.T, nodes []string, f func(t *testing.T, r *rdzv)) {
 func tcpRdzv(t *testing.T, nodes []string) *rdzv {
 	e := startTCP(t, nodes...)
 	return &rdzv{
+		adders:    [3]int{4, 8, 50},
 		open:      func(t *testing.T) Backend { return e.client(t) },
 		waitRound: e.srv.WaitRound,
 		arrivals: func(t *testing.T, name string, n int) {
@@ -94,6 +100,8 @@ func etcdRdzv(t *testing.T, srv *etcdtest.Server, nodes []string) *rdzv {
 		}
 	}
 	return &rdzv{
+		where:     "etcd " + srv.Endpoint + ": ",
+		adders:    [3]int{2, 4, 10},
 		open:      func(t *testing.T) Backend { return open(t) },
 		waitRound: launcher.WaitRound,
 		arrivals: func(t *testing.T, name string, n int) {
@@ -193,8 +201,10 @@ func testGetTimeout(t *testing.T, r *rdzv) {
 	}
 }
 
+// testAddConcurrent: concurrent Adds from several connections never lose
+// an increment and each sees a distinct result.
 func testAddConcurrent(t *testing.T, r *rdzv) {
-	const clients, goroutines, adds = 2, 4, 10
+	clients, goroutines, adds := r.adders[0], r.adders[1], r.adders[2]
 	var mu sync.Mutex
 	seen := map[int64]bool{}
 	var wg sync.WaitGroup
@@ -216,8 +226,8 @@ func testAddConcurrent(t *testing.T, r *rdzv) {
 		}
 	}
 	wg.Wait()
-	const total = clients * goroutines * adds
-	if len(seen) != total || !seen[1] || !seen[total] {
+	total := clients * goroutines * adds
+	if len(seen) != total || !seen[1] || !seen[int64(total)] {
 		t.Errorf("saw %d distinct results, want 1..%d each once", len(seen), total)
 	}
 	if v, err := r.open(t).Get(bg, "count"); err != nil || string(v) != fmt.Sprint(total) {
@@ -237,7 +247,7 @@ func testAddErrors(t *testing.T, r *rdzv) {
 		key  string
 		want string
 	}{
-		{"text", `add to "text": value is not a decimal integer`},
+		{"text", "rendezvous: " + r.where + `add "text": add to "text": value is not a decimal integer`},
 		{"big", "overflows int64"},
 	} {
 		if _, err := c.Add(bg, tt.key, 1); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tt.want) {

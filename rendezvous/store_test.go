@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -71,90 +69,6 @@ func TestGetTimeout(t *testing.T) {
 			t.Fatalf("Set after a timed-out Get: %v", err)
 		}
 	})
-}
-
-// TestAddConcurrent: concurrent Adds from several connections never lose an
-// increment and each sees a distinct result.
-func TestAddConcurrent(t *testing.T) {
-	const clients, goroutines, adds = 4, 8, 50
-	e := startTCP(t)
-	var mu sync.Mutex
-	seen := map[int64]bool{}
-	var wg sync.WaitGroup
-	for range clients {
-		c := e.client(t)
-		for range goroutines {
-			wg.Go(func() {
-				for range adds {
-					n, err := c.Add(bg, "count", 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					seen[n] = true
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	wg.Wait()
-	const total = clients * goroutines * adds
-	if len(seen) != total || !seen[1] || !seen[total] {
-		t.Errorf("saw %d distinct results, want 1..%d each once", len(seen), total)
-	}
-	if v, err := e.client(t).Get(bg, "count"); err != nil || string(v) != fmt.Sprint(total) {
-		t.Errorf("Get(count) = %q, %v; want %d as decimal text", v, err, total)
-	}
-}
-
-func TestAddErrors(t *testing.T) {
-	e := startTCP(t)
-	c := e.client(t)
-	c.Set(bg, "text", []byte("hello"))
-	c.Add(bg, "big", math.MaxInt64)
-	tests := []struct {
-		key   string
-		delta int64
-		want  string
-	}{
-		{"text", 1, `rendezvous: add "text": add to "text": value is not a decimal integer`},
-		{"big", 1, "overflows int64"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.key, func(t *testing.T) {
-			if _, err := c.Add(bg, tt.key, tt.delta); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Add = %v, want %q", err, tt.want)
-			}
-		})
-	}
-	if n, err := c.Add(bg, "big", -1); err != nil || n != math.MaxInt64-1 {
-		t.Errorf("Add(-1) = %d, %v; the failed Add must leave the counter alone", n, err)
-	}
-}
-
-func TestCompareAndSet(t *testing.T) {
-	e := startTCP(t)
-	c := e.client(t)
-	steps := []struct { // in order, on one key
-		name        string
-		old, value  string
-		wantSwapped bool
-		wantCurrent string
-	}{
-		{"missing key, non-empty old", "x", "a", false, ""},
-		{"missing key, empty old", "", "a", true, "a"},
-		{"wrong old", "b", "c", false, "a"},
-		{"right old", "a", "c", true, "c"},
-		{"to empty", "c", "", true, ""},
-		{"empty matches empty", "", "d", true, "d"},
-	}
-	for _, s := range steps {
-		swapped, cur, err := c.CompareAndSet(bg, "lock", []byte(s.old), []byte(s.value))
-		if err != nil || swapped != s.wantSwapped || string(cur) != s.wantCurrent {
-			t.Errorf("%s: CompareAndSet(%q, %q) = %v, %q, %v; want %v, %q", s.name, s.old, s.value, swapped, cur, err, s.wantSwapped, s.wantCurrent)
-		}
-	}
 }
 
 func TestBarrier(t *testing.T) {
