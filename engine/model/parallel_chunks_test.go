@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/engine/backend"
 	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/engine/comm/commtest"
 	"github.com/gtrain/gtrain/engine/parallel"
 	"github.com/gtrain/gtrain/engine/pipeline"
 	"github.com/gtrain/gtrain/engine/tensorpar"
@@ -185,38 +185,25 @@ func runChunked(t *testing.T, l chunkLayout, full []float32) []*parRank {
 	t.Helper()
 	n := l.tp * l.pp
 	trs := comm.NewInProc(n)
+	commtest.CloseAtEnd(t, trs) // after the groups over them
 	ranks := make([]*parRank, n)
 	for r := range ranks {
 		ranks[r] = &parRank{}
 	}
 	t.Cleanup(func() {
-		for r, k := range ranks {
+		for _, k := range ranks {
 			if k.gs != nil {
 				k.gs.Close()
 			}
 			if k.world != nil {
 				k.world.Close()
 			}
-			trs[r].Close()
 		}
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			if errs[r] = chunkedStep(ctx, ranks[r], trs[r], r, l, full); errs[r] != nil {
-				cancel() // the others fail rather than wait for this rank
-			}
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d of %d: %v", r, n, err)
-		}
-	}
+	// A failing rank cancels the others rather than have them wait for it.
+	commtest.Must(t, n, cancel, func(r int) error { return chunkedStep(ctx, ranks[r], trs[r], r, l, full) })
 	return ranks
 }
 
