@@ -13,3 +13,9 @@ func divF32SIMD(l simdLevel, dst []float32, d float32) int                { retu
 func divHalfSIMD(l simdLevel, dt DType, dst []uint16, d float32) int      { return 0 }
 func encodeSIMD(l simdLevel, dt DType, dst []uint16, src []float32) int   { return 0 }
 func decodeSIMD(l simdLevel, dt DType, dst []float32, src []uint16) int   { return 0 }
+
+// ringCopy is copy(dst, src); see kernel_copy_amd64.go.
+func ringCopy(dst, src []byte) int { return copy(dst, src) }
+
+// ringCopyMin: see kernel_copy_amd64.go (here only for the tests).
+const ringCopyMin = 4 << 10

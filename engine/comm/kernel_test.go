@@ -448,3 +448,42 @@ func TestKernelEncode(t *testing.T) {
 		})
 	}
 }
+
+// TestRingCopy checks ringCopy against copy on both sides of ringCopyMin,
+// at every misalignment of either side: the bytes copied, the count
+// returned, and that nothing around dst changes.
+func TestRingCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := make([]byte, 300<<10)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	buf := make([]byte, len(src)+128)
+	for _, n := range []int{0, 1, 63, ringCopyMin - 1, ringCopyMin, ringCopyMin + 1, 64<<10 + 13, 256 << 10} {
+		for _, off := range []int{0, 1, 7, 32} {
+			for _, soff := range []int{0, 3, 64} {
+				for i := range buf {
+					buf[i] = 0xa5
+				}
+				dst := buf[off : off+n]
+				if got := ringCopy(dst, src[soff:soff+n]); got != n {
+					t.Fatalf("n %d: ringCopy returned %d", n, got)
+				}
+				if !bytes.Equal(dst, src[soff:soff+n]) {
+					t.Fatalf("n %d dst+%d src+%d: bytes differ", n, off, soff)
+				}
+				if bytes.Count(buf[:off], []byte{0xa5}) != off || bytes.Count(buf[off+n:], []byte{0xa5}) != len(buf)-off-n {
+					t.Fatalf("n %d dst+%d src+%d: wrote outside dst", n, off, soff)
+				}
+			}
+		}
+	}
+	// A shorter side bounds the copy, as with copy.
+	short := make([]byte, ringCopyMin+5)
+	if got := ringCopy(short, src); got != len(short) || !bytes.Equal(short, src[:len(short)]) {
+		t.Fatalf("into a shorter dst: returned %d", got)
+	}
+	if got := ringCopy(buf, src[:ringCopyMin+9]); got != ringCopyMin+9 || !bytes.Equal(buf[:got], src[:got]) {
+		t.Fatalf("from a shorter src: returned %d", got)
+	}
+}

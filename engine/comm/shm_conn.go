@@ -280,8 +280,8 @@ func (c *shmConn) put(ctx context.Context, p []byte) error {
 			continue
 		}
 		n := min(free, uint64(len(p)), r.chunk)
-		k := copy(r.data[r.pos&r.mask:], p[:n])
-		copy(r.data, p[k:n])
+		k := ringCopy(r.data[r.pos&r.mask:], p[:n])
+		ringCopy(r.data, p[k:n])
 		r.pos += n
 		p = p[n:]
 		if r.pos-r.pub >= r.chunk {
@@ -308,8 +308,8 @@ func (c *shmConn) get(ctx context.Context, p []byte, n uint64) error {
 		linkRaceAcquire() // before the bytes are written into the receiver's buffer
 		k := min(avail, n, r.chunk)
 		if p != nil {
-			m := copy(p[:k], r.data[r.pos&r.mask:])
-			copy(p[m:k], r.data)
+			m := ringCopy(p[:k], r.data[r.pos&r.mask:])
+			ringCopy(p[m:k], r.data)
 			p = p[k:]
 		}
 		r.pos += k

@@ -277,8 +277,8 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 				if !ok {
 					break
 				}
-				copy(dst.b, a)
-				copy(dst.b[len(a):], b)
+				ringCopy(dst.b, a)
+				ringCopy(dst.b[len(a):], b)
 				links[j].consume(len(dst.b))
 				gotOut[j]++
 				progress = true
