@@ -104,6 +104,9 @@ func (s *SSH) dial(ctx context.Context, t sshTarget) (*ssh.Client, error) {
 		raw, err = d.DialContext(ctx, "tcp", t.Addr())
 	}
 	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			err = context.Cause(ctx) // interrupted, not a network error
+		}
 		return nil, &HostError{Host: t.Alias, Op: "connect to " + t.Addr(), Err: err}
 	}
 	client, err := s.handshake(ctx, raw, t)
@@ -166,7 +169,16 @@ func (s *SSH) handshake(ctx context.Context, raw net.Conn, t sshTarget) (*ssh.Cl
 		cfg.Timeout = time.Until(dl)
 		_ = raw.SetDeadline(dl)
 	}
+	// The handshake reads under the deadline alone: an interrupt (Ctrl-C)
+	// must end it at once, not when --ssh-timeout runs out.
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Now()) })
 	c, chans, reqs, err := ssh.NewClientConn(raw, t.Addr(), cfg)
+	if !stop() && errors.Is(ctx.Err(), context.Canceled) {
+		if err == nil {
+			c.Close()
+		}
+		return nil, &HostError{Host: t.Alias, Op: "ssh handshake with " + t.User + "@" + t.Addr(), Err: context.Cause(ctx)}
+	}
 	if err != nil {
 		var hk *HostKeyError
 		if errors.As(err, &hk) {
