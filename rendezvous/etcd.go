@@ -86,6 +86,10 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig, secret []byte) (*EtcdClient, 
 	defer pcancel()
 	if _, err := cli.Get(pctx, c.cfg.Prefix+"/round/nodes", clientv3.WithCountOnly()); err != nil {
 		c.Close()
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Interrupted (Ctrl-C): the cause, not a failure of etcd.
+			return fail(context.Cause(ctx))
+		}
 		return fail(fmt.Errorf("connect: %w (is etcd running there, and are --rdzv-conf's TLS and user right?)", err))
 	}
 	return c, nil
