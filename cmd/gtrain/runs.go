@@ -49,8 +49,8 @@ the steps. With --output json: the summary and the series of every step.`,
 }
 
 // runsShowRun prints the summary of o.Dir.
-func runsShowRun(_ context.Context, o *RunsShowOptions) error {
-	s, err := train.SummarizeRun(o.Dir)
+func runsShowRun(ctx context.Context, o *RunsShowOptions) error {
+	s, err := summarizeRun(ctx, o.Dir)
 	if err != nil {
 		return err
 	}
@@ -59,6 +59,28 @@ func runsShowRun(_ context.Context, o *RunsShowOptions) error {
 	}
 	_, err = fmt.Fprint(o.IO.Out, runSummaryText(s)+"\n"+status.Chart(lossSeries(s), "step", 72, 14))
 	return err
+}
+
+// summarizeRun is train.SummarizeRun(dir), or ctx's cause as soon as ctx
+// ends: reading ten million steps takes a while, and a manifest that is a
+// FIFO blocks its open(2) where no context reaches. The reader left behind
+// ends with the process, which is what an interrupted command does next.
+func summarizeRun(ctx context.Context, dir string) (train.RunSummary, error) {
+	type result struct {
+		s   train.RunSummary
+		err error
+	}
+	done := make(chan result, 1) // buffered: an abandoned reader does not block
+	go func() {
+		s, err := train.SummarizeRun(dir)
+		done <- result{s, err}
+	}()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-ctx.Done():
+		return train.RunSummary{}, context.Cause(ctx)
+	}
 }
 
 // runSummaryText is the summary's lines.

@@ -56,12 +56,17 @@ func SummarizeRun(dir string) (RunSummary, error) {
 		}
 		return s, usage.Errorf("runs: %s: %s: name a run directory of the built-in engine (its checkpoint.dir)", dir, what)
 	}
-	if _, err := os.Stat(path); err != nil {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
 		return s, usage.Errorf("runs: %s: no %s in it: name a run directory of the built-in engine (its checkpoint.dir), where every run keeps one", dir, MetricsFile)
+	case !fi.Mode().IsRegular():
+		// A FIFO would block the read, a device never end it.
+		return s, usage.Errorf("runs: %s: not a regular file: name a run directory of the built-in engine (its checkpoint.dir)", path)
 	}
 	var first MetricsLine
 	var tokens float64
-	err := ReadMetrics(path, func(m MetricsLine) error {
+	err = ReadMetrics(path, func(m MetricsLine) error {
 		if len(s.Series) == maxSeriesPoints {
 			return fmt.Errorf("more than %d steps", maxSeriesPoints)
 		}
