@@ -28,6 +28,7 @@ const (
 	MaxSamples    = 1 << 12
 	MaxPromptSize = 1 << 20 // bytes of prompt text
 	MaxTemp       = 100
+	MaxThreads    = 4096 // compute goroutines, as a training rank's
 )
 
 // Request is a generation: the flags of gtrain generate.
@@ -74,6 +75,8 @@ func (r Request) check() error {
 		return usage.Errorf("%s: --num-samples %d: want 1 to %d", r.Op, r.NumSamples, MaxSamples)
 	case math.IsNaN(r.Temperature) || r.Temperature < 0 || r.Temperature > MaxTemp:
 		return usage.Errorf("%s: --temperature %v: want 0 (greedy) to %d", r.Op, r.Temperature, MaxTemp)
+	case r.Threads < 0 || r.Threads > MaxThreads:
+		return usage.Errorf("%s: --threads %d: want 0 (this machine's CPUs) to %d", r.Op, r.Threads, MaxThreads)
 	case r.TopK < 0:
 		return usage.Errorf("%s: --top-k %d: want 0 (no cut) or more", r.Op, r.TopK)
 	case len(r.Prompt) > MaxPromptSize:
