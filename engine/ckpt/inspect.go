@@ -28,6 +28,12 @@ func ResolveArg(op, path string) (Target, error) {
 	if errors.Is(err, ErrNotDir) {
 		return t, usage.Errorf("%s: %s: %w", op, path, ErrNotDir)
 	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// A loop of links, a directory it may not enter: the path the
+		// user named cannot be used, as a missing one.
+		return t, usage.Errorf("%s: %s: %w", op, path, pe.Err)
+	}
 	if err != nil {
 		return t, fmt.Errorf("%s: %w", op, err)
 	}
