@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -25,12 +28,19 @@ func (o *PlanOptions) detect(ctx context.Context) error {
 	if !o.Detect {
 		return nil
 	}
-	if o.Request.Hostfile == "" {
+	switch {
+	case o.Request.Hostfile == "":
 		return usage.Errorf("plan: --detect asks a hostfile's hosts what they are: give --hostfile")
+	case o.SSH.ConnectTimeout <= 0:
+		return usage.Errorf("plan: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
 	r := launch.Request{Hostfile: o.Request.Hostfile, SSH: o.SSH, NprocPerNode: 1, Getenv: o.IO.Getenv, JoinTimeout: 60 * time.Second}
-	hosts, err := r.DetectHosts(ctx, o.IO.Err)
+	notices := &shownLines{w: o.IO.Err}
+	hosts, err := r.DetectHosts(ctx, notices)
 	if err != nil {
+		if notices.shown("gtrain: " + err.Error()) {
+			return &silentError{err} // the launcher's notice said it
+		}
 		return err
 	}
 	top, warns, err := planner.TopologyOf(hosts)
@@ -42,4 +52,36 @@ func (o *PlanOptions) detect(ctx context.Context) error {
 	}
 	o.Request.Hostfile, o.Request.Detected = "", &top
 	return nil
+}
+
+// shownLines passes the launcher's notices on to w and remembers them
+// (the first maxShownLines), so that the error a failed detection already
+// printed as its notice is not printed a second time.
+type shownLines struct {
+	w     io.Writer
+	mu    sync.Mutex
+	lines map[string]bool
+}
+
+const maxShownLines = 1024
+
+func (s *shownLines) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lines == nil {
+		s.lines = map[string]bool{}
+	}
+	for line := range strings.Lines(string(p)) {
+		if len(s.lines) < maxShownLines {
+			s.lines[strings.TrimSuffix(line, "\n")] = true
+		}
+	}
+	return s.w.Write(p)
+}
+
+// shown reports whether line was written.
+func (s *shownLines) shown(line string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lines[line]
 }
