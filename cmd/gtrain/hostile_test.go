@@ -36,8 +36,9 @@ type hostile struct {
 	// interrupt, when set, is where gtrain must be blocked (a kernel wait
 	// channel of one of its threads, "stdout:TEXT" for a line of its
 	// output, "file:GLOB" for a file in its directory, or "fd:GLOB" for a
-	// file it holds open: it is reading or writing it) when it gets SIGINT;
-	// it must then exit 130 promptly.
+	// file it holds open: it is reading or writing it, or "setup" for the
+	// moment setup's channel closes) when it gets SIGINT; it must then exit
+	// 130 promptly.
 	interrupt string
 	signal    syscall.Signal // sent at interrupt; SIGINT when 0
 	code      int
@@ -45,6 +46,11 @@ type hostile struct {
 	keep      []string // what the run may leave in its working directory
 	notRoot   bool     // permissions mean nothing to root: skip as root
 	skip      string   // a known bug outside this test's area, reported
+	// setup, when set, runs in the run's directory before gtrain starts:
+	// it makes what the case needs there (files it names go in keep) and
+	// returns the arguments when they name what it made (a listener's
+	// port; nil: args), and the channel "setup" interrupts at, or nil.
+	setup func(t *testing.T, dir string) (args []string, ready <-chan struct{})
 }
 
 // Wait channels of a thread blocked on a user's input: open(2) of a FIFO
@@ -100,6 +106,8 @@ func hostileCases() []hostile {
 		{"--topology", []string{"plan", "--params", "7B"}, nil},
 		{"--hostfile", []string{"plan", "--params", "7B"}, nil},
 		{"--hostfile", []string{"hosts", "check"}, nil},
+		{"--hostfile", []string{"hosts", "topology"}, nil},
+		{"--hostfile", []string{"plan", "--detect", "--model", "gpt2"}, nil},
 	} {
 		args := func(file string) []string { return slices.Concat(f.pre, []string{f.flag, file}, f.post) }
 		what := strings.Join(f.pre, " ") + " " + f.flag
@@ -117,13 +125,15 @@ func hostileCases() []hostile {
 		)
 	}
 	// gtrain resume, ckpt: a directory is expected.
-	for _, cmd := range [][]string{{"resume"}, {"ckpt", "ls"}, {"ckpt", "verify"}, {"ckpt", "export", "--out", "out.safetensors"}} {
+	for _, cmd := range [][]string{{"resume"}, {"ckpt", "ls"}, {"ckpt", "verify"}, {"ckpt", "export", "--out", "out.safetensors"},
+		{"generate"}, {"runs", "show"}} {
 		what := strings.Join(cmd, " ")
 		add(
 			hostile{name: what + " /dev/zero", args: append(slices.Clone(cmd), "/dev/zero"), code: 2, stderr: oneUsage},
 			hostile{name: what + " FIFO", args: append(slices.Clone(cmd), "fifo"), code: 2, stderr: oneUsage},
 			hostile{name: what + " regular file", args: append(slices.Clone(cmd), "big"), code: 2, stderr: oneUsage},
 			hostile{name: what + " missing", args: append(slices.Clone(cmd), "nope"), code: 2, stderr: `nope: no such`},
+			hostile{name: what + " symlink loop", args: append(slices.Clone(cmd), "loop"), code: 2, stderr: `: loop: `},
 		)
 	}
 	add(
@@ -143,6 +153,7 @@ func hostileCases() []hostile {
 		hostile{name: "ckpt export interrupted while writing", args: []string{"ckpt", "export", step, "--out", "out.safetensors"},
 			interrupt: "fd:.out.safetensors.tmp-*", code: 130, stderr: interrupted},
 		hostile{name: "resume interrupted while verifying", args: []string{"resume", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
+		hostile{name: "generate interrupted while verifying", args: []string{"generate", bigCkpt}, interrupt: reading, code: 130, stderr: interrupted},
 		hostile{name: "run into a used checkpoint.dir interrupted while verifying", args: []string{"run", "--set", "checkpoint.dir=" + bigCkpt},
 			interrupt: reading, code: 130, stderr: interrupted},
 	)
@@ -194,7 +205,7 @@ func hostileCases() []hostile {
 		hostile{name: "run interrupted while ranks run", args: []string{"run", "--nproc-per-node", "2", "--grace-period", "5s", "--", "sh", "-c", "echo up; exec sleep 300"},
 			interrupt: "stdout:up", code: 130, stderr: jobStopped},
 	)
-	return cases
+	return append(cases, hostileNewCases()...)
 }
 
 func intList(n int) string {
@@ -309,6 +320,7 @@ type hostileRun struct {
 	dir, tmp, mark string
 	stdout, stderr *bytes.Buffer
 	outLines       chan string
+	ready          <-chan struct{} // the case's setup's, for interrupt "setup"
 	done           chan error
 	silent         *os.File // write end of a silent stdin, held open
 }
@@ -319,6 +331,12 @@ func startHostile(t *testing.T, bin string, hc hostile) *hostileRun {
 		outLines: make(chan string, 1024), done: make(chan error, 1)}
 	r.mark = fmt.Sprintf("GTRAIN_HOSTILE_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	makeHostileFiles(t, r.dir)
+	if hc.setup != nil {
+		var args []string
+		if args, r.ready = hc.setup(t, r.dir); args != nil {
+			hc.args = args
+		}
+	}
 	// exec keeps the pid: the shell only sets the limit.
 	script := fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, hostileMemLimitKiB)
 	r.cmd = exec.Command("sh", append([]string{"-c", script, bin}, hc.args...)...)
@@ -437,6 +455,17 @@ func (r *hostileRun) awaitPhase(t *testing.T, phase string) {
 			case <-deadline:
 				t.Fatalf("no %q on stdout within 30s; stderr:\n%s", text, r.stderr)
 			}
+		}
+	}
+	if phase == "setup" {
+		select {
+		case <-r.ready:
+			return
+		case <-deadline:
+			t.Fatalf("gtrain not at the case's interrupt point within 30s; stderr:\n%s", r.stderr)
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("gtrain exited before reaching the case's interrupt point; stderr:\n%s", r.stderr)
 		}
 	}
 	pid := r.cmd.Process.Pid
