@@ -113,6 +113,11 @@ func NewContext(ctx context.Context, spec Spec, env Env) (*Trainer, error) {
 		env.Warn = func(string) {}
 	}
 	env.Resume = env.Resume || env.ResumeFrom != ""
+	// Before anything the spec decides (the layout fitDP refits, the
+	// memory check's collective): ranks of different jobs stop here.
+	if err := checkSameSpec(ctx, spec, env); err != nil {
+		return nil, err
+	}
 	if spec, err = fitDP(spec, env); err != nil {
 		return nil, err
 	}
