@@ -2,8 +2,10 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,7 +53,11 @@ func SummarizeRun(dir string) (RunSummary, error) {
 	path := filepath.Join(dir, MetricsFile)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		what := "not a directory"
-		if err != nil {
+		var pe *fs.PathError
+		switch {
+		case errors.As(err, &pe) && !errors.Is(err, fs.ErrNotExist):
+			what = pe.Err.Error() // a loop of links, no permission
+		case err != nil:
 			what = "no such directory"
 		}
 		return s, usage.Errorf("runs: %s: %s: name a run directory of the built-in engine (its checkpoint.dir)", dir, what)
