@@ -177,6 +177,11 @@ func (t *Trainer) Memory() MemoryUse {
 	return u
 }
 
+// blockedTime is comm.BlockedTime, which a test replaces by a counter of
+// its own: the process's count mixes in-process ranks' waits, and a real
+// wait's length is the machine's.
+var blockedTime = comm.BlockedTime
+
 // record is the status record of the step just taken (step is its number).
 func (t *Trainer) record(step int, o stepOutcome, elapsed time.Duration, tokens int) Record {
 	r := Record{
@@ -185,10 +190,11 @@ func (t *Trainer) record(step int, o stepOutcome, elapsed time.Duration, tokens 
 		TokensPerS: float64(tokens) / max(elapsed.Seconds(), 1e-9),
 		Memory:     t.Memory(),
 	}
-	wait := comm.BlockedTime()
-	// min: the first step's growth holds the setup's collectives too.
-	r.WaitMillis = min(float64((wait-t.commWait).Microseconds())/1000, r.StepMillis)
-	t.commWait = wait
+	// Growth since the step began (runStep), not since the last record:
+	// the evaluation, checkpoint and log gather between two steps are
+	// neither's. min: the count is the process's, which in-process ranks
+	// (tests) share.
+	r.WaitMillis = min(float64((blockedTime()-t.commWait).Microseconds())/1000, r.StepMillis)
 	if t.spec.Precision == "fp16" {
 		r.LossScale = t.scaler().LossScale()
 	}

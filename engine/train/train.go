@@ -89,7 +89,7 @@ type Trainer struct {
 	saved   string          // the newest checkpoint this run saved or resumed from
 	async   *asyncSave      // checkpoint.async: the snapshot and the write in flight (async.go)
 	metrics *metricsLog     // rank 0's metrics.jsonl (metrics.go); nil elsewhere
-	// commWait is comm.BlockedTime at the last status record.
+	// commWait is comm.BlockedTime at the start of the step in progress.
 	commWait time.Duration
 }
 
@@ -151,6 +151,7 @@ func (t *Trainer) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	zc.Threads = spec.threads(env) // the engine's conversions and AdamW, as the model's kernels
 	flat, err := t.initParams(ctx)
 	if err != nil {
 		return err
@@ -416,6 +417,7 @@ func (t *Trainer) Run(ctx context.Context) (Result, error) {
 // after its record, and saves nothing.
 func (t *Trainer) runStep(res *Result, tokens int) error {
 	start := time.Now()
+	t.commWait = blockedTime()
 	o, err := t.trainStep()
 	if err != nil {
 		return fmt.Errorf("train: step %d: %w", t.step+1, err)
