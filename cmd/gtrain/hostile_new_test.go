@@ -130,6 +130,12 @@ func perNodeCases() []hostile {
 		// After etcd's dial timeout, 10 s.
 		hostile{name: "per-node etcd not answering", keep: keep, code: 1,
 			stderr: `^gtrain: launch: rendezvous: etcd 127\.0\.0\.1:\d+: connect: context deadline exceeded \(is etcd running there`, setup: silentEndpoint("--rdzv-backend", "etcd")},
+		hostile{name: "run etcd not answering", code: 1,
+			stderr: `^gtrain: launch: rendezvous: etcd 127\.0\.0\.1:\d+: connect: context deadline exceeded \(is etcd running there`,
+			setup: func(t *testing.T, dir string) ([]string, <-chan struct{}) {
+				addr, _ := silentListener(t)
+				return []string{"run", "--rdzv-backend", "etcd", "--rdzv-endpoint", addr, "--", "true"}, nil
+			}},
 		hostile{name: "run etcd interrupted connecting", interrupt: "setup", code: 130,
 			stderr: `^gtrain: launch: rendezvous: etcd 127\.0\.0\.1:\d+: interrupted by SIGINT$`,
 			setup: func(t *testing.T, dir string) ([]string, <-chan struct{}) {
