@@ -90,18 +90,11 @@ type Part struct {
 // pass; 1 leaves them as they are, bit for bit).
 func (o *AdamW) UpdateParts(parts []Part, lr float64, gradScale float32) {
 	o.Step++
-	c := o.Config
-	b1, b2 := float32(c.Beta1), float32(c.Beta2)
-	bc1 := float32(1 - math.Pow(c.Beta1, float64(o.Step)))
-	bc2 := float32(1 - math.Pow(c.Beta2, float64(o.Step)))
-	stepSize := float32(lr) / bc1
-	sqrtBC2 := float32(math.Sqrt(float64(bc2)))
-	eps := float32(c.Eps)
-	k := adamwK{scale: gradScale, b1: b1, omb1: 1 - b1, b2: b2, omb2: 1 - b2, sqrtBC2: sqrtBC2, eps: eps, stepSize: stepSize}
+	k, decay := o.constants(lr, gradScale)
 	for _, pt := range parts {
 		k.decay = 1
 		if pt.Decay {
-			k.decay = float32(1 - lr*c.WeightDecay)
+			k.decay = decay
 		}
 		p := pt.P
 		adamwUpdate(p, pt.G[:len(p)], o.M[pt.At:pt.At+len(p)], o.V[pt.At:pt.At+len(p)], &k)

@@ -151,6 +151,7 @@ func (t *Trainer) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	zc.Threads = spec.threads(env) // the engine's conversions and AdamW, as the model's kernels
 	flat, err := t.initParams(ctx)
 	if err != nil {
 		return err

@@ -51,6 +51,28 @@ func accumulate(dst comm.Buffer, src []float32) {
 	}
 }
 
+// store is accumulate into a dst of zeros: src rounded to dst's type.
+// It computes 0 + v, as accumulate does, for a -0 gradient, which the sum
+// turns into +0; every other value is its own sum.
+func store(dst comm.Buffer, src []float32) {
+	if dst.DType() == comm.Float32 {
+		d := dst.Float32s()
+		for i, v := range src {
+			d[i] = 0 + v
+		}
+		return
+	}
+	var tmp [chunk]float32
+	for lo := 0; lo < len(src); lo += chunk {
+		hi := min(lo+chunk, len(src))
+		t := tmp[:hi-lo]
+		for i, v := range src[lo:hi] {
+			t[i] = 0 + v
+		}
+		encode(dst.Slice(lo, hi), t)
+	}
+}
+
 // addBuffer adds src into dst, both of one type.
 func addBuffer(dst, src comm.Buffer) {
 	if src.DType() == comm.Float32 {

@@ -40,6 +40,10 @@ type Config struct {
 	Optim               optim.Config
 	// Compress is how the gradients of stages 0–1 travel (compress.go).
 	Compress Compression
+	// Threads is how many goroutines share the engine's passes over
+	// every parameter (conversions, AdamW): the rank's compute threads.
+	// Below 1 means one.
+	Threads int
 }
 
 // Validate reports the first setting out of range.
@@ -85,6 +89,7 @@ type Engine struct {
 	open     map[int][]float32   // gradient buffers handed out by Grads
 	send     map[int]comm.Buffer // stages 2–3: segments being filled for a reduce-scatter
 	done     []int               // units of each segment complete this micro-batch
+	fresh    []bool              // stages 0–1, low-precision gradients: unit's gradients are zero since the step
 	inflight []flight            // collectives started, oldest first
 	micro    int                 // micro-batch index within the step
 	micros   int                 // micro-batches per step
@@ -132,6 +137,10 @@ func New(cfg Config, mcfg model.Config, c *comm.Communicator, flat []float32) (*
 		}
 	}
 	e.done = make([]int, len(segs))
+	e.fresh = make([]bool, len(e.units))
+	for u := range e.fresh { // the gradients start at zero
+		e.fresh[u] = true
+	}
 	e.pieces = e.part.pieces(e.params)
 	e.opt = optim.NewAdamW(cfg.Optim, e.part.Size(), nil)
 	e.scaler = newScaler(cfg.Scaler, cfg.Params == comm.Float16)
@@ -182,10 +191,10 @@ func (e *Engine) setParams(flat []float32) {
 		copy(e.masterOf(pc), flat[pc.lo:pc.lo+pc.n])
 	}
 	if e.work.Len() > 0 {
-		encode(e.work, flat)
+		e.encodeAll(e.work, flat)
 	}
 	if e.cfg.Stage == 3 && e.cfg.Params != comm.Float32 {
-		encode(e.own, e.master)
+		e.encodeAll(e.own, e.master)
 	}
 }
 

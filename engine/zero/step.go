@@ -78,7 +78,7 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	for i, pc := range e.pieces {
 		parts[i] = optim.Part{P: e.masterOf(pc), G: gradOf(pc), At: pc.at, Decay: pc.param.Decay}
 	}
-	e.opt.UpdateParts(parts, lr, float32(factor))
+	e.opt.UpdatePartsThreads(e.threads(), parts, lr, float32(factor))
 	e.clearGrads()
 	return res, e.publish()
 }
@@ -126,11 +126,11 @@ func (e *Engine) ownedGrads() (gradOf func(piece) []float32, scratch []float32) 
 	}
 	scratch = e.pool.f32(e.part.Size())
 	if e.cfg.Stage >= 2 {
-		decode(scratch, e.ownGrad)
+		e.decodeAll(scratch, e.ownGrad)
 	} else {
 		for i := range e.part.Segments {
 			lo, hi, at := e.part.Owned(i)
-			decode(scratch[at:at+hi-lo], e.grads.Slice(lo, hi))
+			e.decodeAll(scratch[at:at+hi-lo], e.grads.Slice(lo, hi))
 		}
 	}
 	return func(pc piece) []float32 { return scratch[pc.at : pc.at+pc.n] }, scratch
@@ -185,9 +185,13 @@ func (s squares) norm() float64 {
 	return math.Sqrt(s.sum)
 }
 
+// clearGrads zeroes the gradients for the next step.
 func (e *Engine) clearGrads() {
-	clear(e.grads.Bytes())
-	clear(e.ownGrad.Bytes())
+	e.clearAll(e.grads)
+	e.clearAll(e.ownGrad)
+	for u := range e.fresh {
+		e.fresh[u] = true
+	}
 }
 
 // publish makes the working parameters follow the updated master weights:
@@ -197,12 +201,12 @@ func (e *Engine) publish() error {
 	switch {
 	case e.cfg.Stage == 3:
 		if e.cfg.Params != comm.Float32 {
-			encode(e.own, e.master)
+			e.encodeAll(e.own, e.master)
 		}
 		return nil
 	case e.part.Ranks == 1:
 		if e.master != nil {
-			encode(e.work, e.master) // stage 0 owns all, in flat order
+			e.encodeAll(e.work, e.master) // stage 0 owns all, in flat order
 		}
 		return nil
 	}
@@ -210,7 +214,7 @@ func (e *Engine) publish() error {
 		lo, hi, at := e.part.Owned(i)
 		mine := e.work.Slice(lo, hi)
 		if e.master != nil {
-			encode(mine, e.master[at:at+hi-lo])
+			e.encodeAll(mine, e.master[at:at+hi-lo])
 		}
 		e.start(e.comm.AllGatherAsync(e.ctx, mine, e.work.Slice(s.Offset, s.Offset+s.Size)), nil)
 	}

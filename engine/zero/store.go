@@ -44,7 +44,7 @@ func (e *Engine) Weights(u int) []float32 {
 		lu.f32 = lu.raw.Float32s()
 	} else {
 		lu.f32, lu.pool = e.pool.f32(hi-lo), true
-		decode(lu.f32, lu.raw)
+		e.decodeAll(lu.f32, lu.raw)
 		if e.cfg.Stage == 3 {
 			e.pool.put(lu.raw)
 		}
@@ -115,7 +115,7 @@ func (e *Engine) Grads(u int) []float32 {
 		return g
 	}
 	g := e.pool.f32(hi - lo)
-	clear(g)
+	e.clearAll(comm.F32(g))
 	e.open[u] = g
 	return g
 }
@@ -143,10 +143,11 @@ func (e *Engine) GradsDone(u int) {
 		delete(e.open, u)
 		switch {
 		case e.cfg.Stage < 2:
-			accumulate(e.grads.Slice(lo, hi), g)
+			e.accumulateAll(e.grads.Slice(lo, hi), g, e.fresh[u])
+			e.fresh[u] = false
 		default:
 			off := e.part.Segments[seg].Offset
-			encode(e.sendBuffer(seg).Slice(lo-off, hi-off), g)
+			e.encodeAll(e.sendBuffer(seg).Slice(lo-off, hi-off), g)
 		}
 		e.pool.putF32(g)
 	}
