@@ -29,7 +29,8 @@ import (
 // 2(p-1)α + 2(p-1)/p·nβ, rd ⌈log2 p⌉(α + nβ) (two steps more when p is not
 // a power of two), tree 2⌈log2 p⌉(α + nβ). The ring is pipelined in chunks
 // of Options.ChunkBytes, with one goroutine sending and one receiving, so a
-// step's receive and reduction overlap the next send.
+// step's receive and reduction overlap the next send; over TCP one
+// goroutine drives both sockets without blocking (algorithms_ring_tcp.go).
 
 type algorithm uint8
 

@@ -15,7 +15,9 @@ import "context"
 // (and reduces) chunk after chunk and signals each one done; the other sends
 // a chunk as soon as it is done. So a rank forwards the first chunk of a
 // block while the rest are still arriving: the pipeline keeps both
-// directions of every link busy.
+// directions of every link busy. When both neighbours are single TCP
+// connections, ringTCP (algorithms_ring_tcp.go) runs the same schedule on
+// one goroutine instead.
 
 // ringPass is one run of the ring schedule.
 type ringPass struct {
@@ -48,6 +50,9 @@ func (rp *ringPass) chunks(r, p, from, to, n int) int {
 
 // ring runs the pass: headers, then all chunks.
 func (o *opState) ring(rp *ringPass) error {
+	if in, out, ok := o.ringLinks(); ok {
+		return o.ringTCP(rp, in, out) // algorithms_ring_tcp.go
+	}
 	p, r := o.c.size, o.c.rank
 	n := o.chunkLen(rp.dt)
 	ready := make(chan struct{}, rp.chunks(r, p, rp.first, rp.last-1, n))

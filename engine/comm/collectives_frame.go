@@ -155,8 +155,13 @@ func (o *opState) recvHeader(ctx context.Context, peer int) error {
 	if err := o.c.conns[peer].Recv(ctx, b[:]); err != nil {
 		return o.c.joinErr(o.ctx, peer, err)
 	}
+	return o.checkHeader(peer)
+}
+
+// checkHeader checks the header received from peer against this call.
+func (o *opState) checkHeader(peer int) error {
 	world, host := o.c.describe(peer)
-	got, ok := decodeHeader(b)
+	got, ok := decodeHeader(&o.c.hdrIn[peer])
 	if !ok {
 		return &MismatchError{Peer: peer, World: world, Host: host, PeerOp: "?",
 			Detail: "sent a malformed header (not a gtrain comm peer, or a different version)"}
