@@ -65,7 +65,7 @@ func (a *attempt) plannedStart(r planResult) {
 	}
 	switch {
 	case r.err != nil:
-		a.fail(r.err, "no plan")
+		a.fail(r.err, "no plan: "+r.err.Error())
 	case !a.stopping:
 		a.sendAll(proto.CommandStart, "", append(a.masterEnv(), r.Env...)...)
 	}

@@ -13,11 +13,16 @@ import (
 // The built-in engine in per-node mode: every node prepares the same job
 // from its own flags and files (enginejob.Fresh with PerNode: nothing is
 // claimed here, the run directory is runs/<rdzv-id>), and the nodes refuse
-// to form a job unless its digest is the same on all of them. Rank 0, on
-// node 0, creates and locks the checkpoint directory and writes
-// metrics.jsonl there, and checks that every node's ranks see that
-// directory (the engine's shared-directory probe), as on a hostfile's
-// hosts. A restart resumes from the newest checkpoint as there, and with
+// to form a job unless its digest is the same on all of them. Node 0's
+// launcher records that digest in the run directory, or refuses one that
+// holds another job's run (enginejob.PerNodePlanner); rank 0, on node 0,
+// locks the directory and writes metrics.jsonl there, and checks that
+// every node's ranks see it (the engine's shared-directory probe), as on
+// a hostfile's hosts. The ranks resume from the job's newest checkpoint
+// if it has one: a scheduler that starts every node again (a Kubernetes
+// pod restarted) runs the same command, which must then continue the job
+// rather than refuse its own directory. A restart (--max-restarts)
+// resumes likewise, and with
 // --nnodes MIN:MAX on the world of the attempt with the global batch the
 // job started with (enginejob's planner, Runtime.Plan, on every node: the
 // rounds carry its state to a node that joins at a restart).
@@ -41,7 +46,7 @@ func (o *RunOptions) runPerNodeEngine(ctx context.Context) error {
 	defer j.Release()
 	o.sayEngine(j)
 	lo := o.LaunchOptions // a copy: the planning hook is this job's, not a flag's
-	lo.Plan = j.Planner(enginejob.PlanOptions{})
+	lo.Plan = j.PerNodePlanner(enginejob.PlanOptions{})
 	w := launch.Workload{Command: j.Command, Env: j.Env, Digest: j.Digest()}
 	return o.perNodeRun(ctx, &lo, w, engineLayout(j.Spec))
 }

@@ -20,6 +20,7 @@ type WorkerOptions struct {
 	Sets    []string // key=value overrides of the job file
 	Resume  bool
 	From    string // a step directory to resume from (--resume-from)
+	IfAny   bool   // --resume-if-any: the newest valid checkpoint if any, else afresh
 }
 
 // NewCmdWorker is the hidden command every rank of the built-in engine runs.
@@ -45,6 +46,7 @@ func NewCmdWorker(ios *IOStreams, sig *signals) *cobra.Command {
 	f.StringArrayVar(&opts.Sets, "set", nil, "override a job key, e.g. --set optim.lr=3e-4 (repeatable)")
 	f.BoolVar(&opts.Resume, "resume", false, "continue from the newest valid checkpoint in the job's checkpoint.dir")
 	f.StringVar(&opts.From, "resume-from", "", "continue from this step directory instead of the newest")
+	f.BoolVar(&opts.IfAny, "resume-if-any", false, "continue from the newest valid checkpoint if there is one, else start afresh (a per-node job started again)")
 	return cmd
 }
 
@@ -53,7 +55,7 @@ func workerRun(ctx context.Context, o *WorkerOptions) error {
 		Getenv:   o.IO.Getenv,
 		LoadJob:  func(ctx context.Context) (train.Spec, error) { return jobfile.Load(ctx, o.Job, o.Sets) },
 		JobFlags: o.Job != "" || len(o.Sets) > 0,
-		Resume:   o.Resume, ResumeFrom: o.From,
+		Resume:   o.Resume, ResumeFrom: o.From, ResumeIfAny: o.IfAny,
 		// Before anything slow: a preemption while the model is built
 		// must not cancel ctx, the trainer returns promptly on its own.
 		Preempt:       o.Signals.catchPreemption(),

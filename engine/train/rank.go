@@ -31,6 +31,12 @@ type RankOptions struct {
 	// Resume and ResumeFrom are Env's.
 	Resume     bool
 	ResumeFrom string
+	// ResumeIfAny starts the rank as a restart of its job does (Env.Restart):
+	// from the newest valid checkpoint of checkpoint.dir if there is one,
+	// else afresh. A per-node job started again by its scheduler with the
+	// same id continues so; its launcher has checked the directory is the
+	// job's own.
+	ResumeIfAny bool
 	// Preempt is closed when the rank is asked to stop for preemption, as
 	// Env.Preempt; PreemptSignal then names the signal that asked (nil is
 	// taken for SIGTERM, the launcher's).
@@ -60,7 +66,9 @@ func RunRank(ctx context.Context, o RankOptions) (err error) {
 		return err
 	}
 	defer closeEnv()
-	failAt, err := faultStep(o.Getenv, env.Restart)
+	// Injected faults fire on the job's first attempt only, whatever
+	// it resumes from.
+	failAt, err := faultStep(o.Getenv, dist.RestartCount(o.Getenv) > 0)
 	if err != nil {
 		return err
 	}
@@ -106,7 +114,7 @@ func (o RankOptions) setup(ctx context.Context) (Spec, Env, func(), error) {
 	// A restart of the job continues from the newest checkpoint this job
 	// wrote, rather than refusing its own directory (or, resumed from a
 	// step directory, setting its own newer ones aside).
-	env.Restart = dist.RestartCount(o.Getenv) > 0
+	env.Restart = o.ResumeIfAny || dist.RestartCount(o.Getenv) > 0
 	env.Preempt, env.Log, env.Warn = o.Preempt, o.Log, o.Warn
 	return spec, env, closeEnv, nil
 }

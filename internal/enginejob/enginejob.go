@@ -74,6 +74,9 @@ type Job struct {
 	// From is the checkpoint a resume starts from; nil for a fresh job.
 	From  *ckpt.Checkpoint
 	claim *claim
+	// perNodeID is a per-node job's --rdzv-id, which its checkpoint
+	// directory's record names (pernode.go).
+	perNodeID string
 }
 
 // Release gives up the checkpoint directory, removing it if the launcher
@@ -102,6 +105,9 @@ func Fresh(ctx context.Context, o Options) (*Job, error) {
 		return nil, err
 	}
 	j := &Job{Spec: spec, Ranks: o.Ranks}
+	if o.PerNode {
+		j.perNodeID = o.RunID
+	}
 	if j.claim, j.RunID, err = claimDir(o, spec.Checkpoint.Dir, created, "set checkpoint.dir to a directory this user can create and write to"); err != nil {
 		return nil, err
 	}
@@ -152,6 +158,11 @@ func (j *Job) finish(ctx context.Context, o Options, js string) error {
 		return err
 	}
 	j.Command, j.Env = []string{"gtrain", "worker"}, []string{rankenv.JobSpec + "=" + js}
+	if o.PerNode {
+		// Started again by its scheduler, a per-node job continues
+		// (PerNodePlanner checks the directory is its own).
+		j.Command = append(j.Command, "--resume-if-any")
+	}
 	return nil
 }
 

@@ -5,13 +5,19 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/gtrain/gtrain/engine/train"
+	"github.com/gtrain/gtrain/internal/atomicfile"
 	"github.com/gtrain/gtrain/internal/rankenv"
 	"github.com/gtrain/gtrain/internal/usage"
+	"github.com/gtrain/gtrain/internal/userfile"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -22,8 +28,9 @@ const maxRunIDDir = 200
 // runs/<run id>. Every node prepares the job on its own, so the name must
 // not depend on the node or the time it starts, as a hostfile job's
 // runs/<time>-<random> does; --rdzv-id is the same on every node and new
-// for every job. Rank 0 creates the directory and refuses one that holds
-// another run's checkpoints, as on a hostfile's hosts.
+// for every job, and the same when the scheduler starts the job again.
+// Node 0's launcher creates the directory and refuses one that holds
+// another job's run (recordRunDir).
 func perNodeRunDir(runs, runID string) (string, error) {
 	bad := runID == "" || len(runID) > maxRunIDDir || strings.HasPrefix(runID, ".") ||
 		strings.ContainsFunc(runID, func(r rune) bool {
@@ -88,12 +95,94 @@ func (p *attemptPlanner) carried(ctx context.Context, w launch.World) (launch.Pl
 
 // checkFresh refuses a fresh job a directory that holds a run
 // (train.CheckFresh), except on a node of a per-node job: a node that
-// joins the job at a restart finds the job's own checkpoints there, and
-// cannot tell them from another run's. Rank 0 checks in its place (a
-// fresh start refuses a used directory; a restart resumes from it).
+// joins the job at a restart, or a job its scheduler started again, finds
+// the job's own checkpoints there. Node 0's launcher tells them from
+// another job's by the digest recorded there (recordRunDir).
 func (o Options) checkFresh(ctx context.Context, dir string) error {
 	if o.PerNode {
 		return nil
 	}
 	return train.CheckFresh(ctx, dir)
+}
+
+// JobRecordName is the file in a per-node job's checkpoint directory that
+// names the job whose checkpoints it holds: its --rdzv-id and digest.
+const JobRecordName = "gtrain-job.json"
+
+// maxJobRecord bounds the read of a JobRecordName file.
+const maxJobRecord = 4 << 10
+
+// jobRecord is the content of a JobRecordName file.
+type jobRecord struct {
+	RunID  string `json:"rdzv_id"`
+	Digest string `json:"digest"`
+}
+
+// PerNodePlanner is Planner for one node of a per-node job. On node 0
+// it first makes sure, before every attempt's ranks start, that the
+// checkpoint directory is this job's (recordRunDir): a scheduler that
+// starts every node again with the same --rdzv-id (a Kubernetes pod
+// restarted, evicted or preempted) starts the same command, whose ranks
+// then resume from the job's newest checkpoint (worker --resume-if-any),
+// and the manifest the user wrote once needs no other flag for it.
+func (j *Job) PerNodePlanner(o PlanOptions) func(context.Context, launch.World) (launch.Planned, error) {
+	plan := j.Planner(o)
+	return func(ctx context.Context, w launch.World) (launch.Planned, error) {
+		if len(w.Hosts) > 0 && w.Hosts[0].Local {
+			if err := j.recordRunDir(ctx); err != nil {
+				return launch.Planned{}, err
+			}
+		}
+		return plan(ctx, w)
+	}
+}
+
+// recordRunDir checks that the job's checkpoint directory holds this
+// job's run, or none: its JobRecordName must name this job's digest. A
+// directory without one must hold no checkpoint; the record is then
+// written, creating the directory. Node 0's launcher runs where rank 0
+// does and sees the directory as it does.
+func (j *Job) recordRunDir(ctx context.Context) error {
+	dir := j.Spec.Checkpoint.Dir
+	path := filepath.Join(dir, JobRecordName)
+	b, err := userfile.Read(ctx, path, maxJobRecord)
+	switch {
+	case err == nil:
+		return j.checkRecord(path, b)
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("run: %w; remove it if the directory holds no run, or choose another --rdzv-id", err)
+	}
+	if err := train.CheckFresh(ctx, dir); err != nil {
+		if errors.As(err, new(*train.UsedDirError)) {
+			return usage.Errorf("run: %w (it has no %s naming the job that wrote it, so this job cannot resume there)", err, JobRecordName)
+		}
+		return err
+	}
+	rec, err := json.Marshal(jobRecord{RunID: j.perNodeID, Digest: j.Digest()})
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(append(rec, '\n')); return err })
+	}
+	if err != nil {
+		return fmt.Errorf("run: record the job in %s: %w; set checkpoint.dir to a directory every node shares and can write to", dir, err)
+	}
+	return nil
+}
+
+// checkRecord refuses a checkpoint directory whose record b (read from
+// path) names another job than j.
+func (j *Job) checkRecord(path string, b []byte) error {
+	var rec jobRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Digest == "" {
+		return fmt.Errorf("run: %s: malformed job record (%v): remove it if the directory holds no run, or choose another --rdzv-id", path, err)
+	}
+	if rec.Digest != j.Digest() {
+		return usage.Errorf("run: %s holds the run of another job with --rdzv-id %s (job digest %s, recorded in %s), not this one (job digest %s): a job started again needs the same --job, --set and working directory on every node; a new job needs a new --rdzv-id",
+			filepath.Dir(path), rec.RunID, rec.Digest, JobRecordName, j.Digest())
+	}
+	return nil
 }
