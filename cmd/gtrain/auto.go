@@ -12,11 +12,12 @@ import (
 
 // autoLayout is `gtrain run --auto`: it lays out the job for the run's
 // ranks with the planner (train.AutoLayout) and prints the choice on
-// stderr. Without --auto it returns spec unchanged. On a hostfile's hosts
-// the layout is decided once their agents have joined, from what each
-// reported (enginejob.PlanOptions.Auto): this machine may be nothing like
-// them, so its facts decide nothing there, and a dry run, which starts no
-// agent, only previews from them (previewLayout).
+// stderr. Without --auto it returns spec unchanged. On several hosts (a
+// hostfile, --hosts, a Slurm allocation) the layout is decided once their
+// agents have joined, from what each reported (enginejob.PlanOptions.Auto):
+// this machine may be nothing like them, so its facts decide nothing
+// there, and a dry run, which starts no agent, only previews from them
+// (previewLayout).
 func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spec, error) {
 	if !o.Auto {
 		return spec, nil
@@ -37,11 +38,13 @@ func (o *RunOptions) autoLayout(ctx context.Context, spec train.Spec) (train.Spe
 }
 
 // autoFromFacts says that --auto lays the job out from the facts the
-// hosts' agents report: on a hostfile's hosts, where launchEngine gives
-// the launch enginejob's planner.
-func (o *RunOptions) autoFromFacts() bool { return o.Auto && o.Hostfile != "" }
+// hosts' agents report: on every source of several hosts (a hostfile,
+// --hosts, a Slurm allocation), where launchEngine gives the launch
+// enginejob's planner. The launcher may run on none of them (a login node,
+// the batch script's first node with less memory than the others).
+func (o *RunOptions) autoFromFacts() bool { return o.Auto && o.MultiHost() }
 
-// previewLayout is --auto on a hostfile's hosts before any agent reports:
+// previewLayout is --auto on several hosts before any agent reports:
 // spec unchanged, once its global batch is known to fit the hosts' ranks
 // (that needs no facts, so it fails now rather than once the hosts have
 // joined). A dry run shows the layout this machine's facts would give,
