@@ -36,6 +36,36 @@ func (o *AdamW) UpdatePartsThreads(threads int, parts []Part, lr float64, gradSc
 	wg.Wait()
 }
 
+// Stepper is one AdamW step begun (Begin) and applied part by part
+// (Update), for a caller that produces the gradients a block at a time:
+// engine/zero decodes bf16 gradients into a small buffer per block
+// instead of into a copy of them all.
+type Stepper struct {
+	o     *AdamW
+	k     adamwK
+	decay float32
+}
+
+// Begin counts a step and returns its update at lr with the gradients
+// multiplied by gradScale, as UpdateParts applies it.
+func (o *AdamW) Begin(lr float64, gradScale float32) Stepper {
+	o.Step++
+	k, decay := o.constants(lr, gradScale)
+	return Stepper{o, k, decay}
+}
+
+// Update applies the step to pt: any run of the parameters, each once per
+// step, from any goroutine (runs must not overlap). The result is
+// UpdateParts', bit for bit, however the parameters are cut.
+func (s Stepper) Update(pt Part) {
+	k := s.k
+	if pt.Decay {
+		k.decay = s.decay
+	}
+	o, n := s.o, len(pt.P)
+	adamwUpdate(pt.P, pt.G[:n], o.M[pt.At:pt.At+n], o.V[pt.At:pt.At+n], &k)
+}
+
 // constants are the update's factors at the current Step: k with decay
 // 1, and the decay factor of the parts that decay.
 func (o *AdamW) constants(lr float64, gradScale float32) (k adamwK, decay float32) {

@@ -33,9 +33,9 @@ func Estimate(cfg Config, mcfg model.Config, ranks, rank int) Memory {
 // estimateBuffers bounds the pool (see pool): the units the model holds at
 // once in fp32 (the embedding, which the tied output layer uses again at
 // the end, and a block with the next one prefetched), decoded from the
-// working type or gathered (stage 3); gradient scratch in fp32 when
-// gradients are kept in 16 bits; and at stages 2–3 the buckets in flight
-// and the owned part they accumulate into.
+// working type or gathered (stage 3); backward's gradient scratch in fp32
+// when gradients are kept in 16 bits; and at stages 2–3 the buckets in flight
+// and the parts of them received to accumulate.
 func estimateBuffers(cfg Config, units []model.Unit, part Partition) int64 {
 	var emb, block int64
 	for i, u := range units {
@@ -46,7 +46,6 @@ func estimateBuffers(cfg Config, units []model.Unit, part Partition) int64 {
 		}
 	}
 	held := emb + 2*block
-	owned := int64(part.Size())
 	ps, gs := int64(cfg.Params.Size()), int64(cfg.Grads.Size())
 	var b int64
 	if cfg.Params != comm.Float32 || cfg.Stage == 3 {
@@ -55,15 +54,19 @@ func estimateBuffers(cfg Config, units []model.Unit, part Partition) int64 {
 	if cfg.Stage == 3 {
 		b += held * ps
 	}
-	if cfg.Grads != comm.Float32 {
-		b += held*4 + owned*4
+	if cfg.Grads != comm.Float32 { // the step decodes them a block at a time, on the stack
+		b += held * 4
 	}
 	if cfg.Stage >= 2 {
-		var seg int64
-		for _, s := range part.Segments {
-			seg = max(seg, int64(s.Size))
+		var seg, mine int64
+		for i, s := range part.Segments {
+			lo, hi, _ := part.Owned(i)
+			seg, mine = max(seg, int64(s.Size)), max(mine, int64(hi-lo))
 		}
-		b += (maxInFlight+1)*seg*gs + owned*gs
+		// Buckets being filled or on the wire, and what each reduce-scatter
+		// receives (the rank's part of a bucket) when it adds to earlier
+		// micro-batches' gradients.
+		b += (maxInFlight+1)*seg*gs + maxInFlight*mine*gs
 	}
 	return b
 }

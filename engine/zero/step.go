@@ -52,11 +52,13 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	if e.err != nil {
 		return StepResult{}, e.err
 	}
-	gradOf, scratch := e.ownedGrads()
-	defer e.pool.putF32(scratch)
 	var sq squares
 	for _, pc := range e.pieces { // in flat order, as a single rank sums
-		sq.add(gradOf(pc))
+		if e.cfg.Grads == comm.Float32 {
+			sq.add(e.gradOf(pc))
+		} else {
+			sq.addDecoded(e.gradBuf(pc))
+		}
 	}
 	if e.part.Ranks > 1 {
 		hi := float32(sq.sum)
@@ -74,11 +76,7 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	e.scaler.update(false)
 	factor := 1 / scale
 	factor *= optim.ClipScale(res.Norm, e.cfg.Optim.GradClip) // exactly 1 when not clipping
-	parts := make([]optim.Part, len(e.pieces))
-	for i, pc := range e.pieces {
-		parts[i] = optim.Part{P: e.masterOf(pc), G: gradOf(pc), At: pc.at, Decay: pc.param.Decay}
-	}
-	e.opt.UpdatePartsThreads(e.threads(), parts, lr, float32(factor))
+	e.update(lr, float32(factor))
 	e.clearGrads()
 	return res, e.publish()
 }
@@ -111,29 +109,54 @@ func (e *Engine) overflow(res StepResult) StepResult {
 	return res
 }
 
-// ownedGrads gives the fp32 gradients of each owned piece: views of the
-// gradients when they are fp32 (in the full gradients at stages 0–1, in the
-// owned ones at 2–3), else decoded into scratch, returned so that the
-// caller gives it back.
-func (e *Engine) ownedGrads() (gradOf func(piece) []float32, scratch []float32) {
-	switch {
-	case e.cfg.Grads == comm.Float32 && e.cfg.Stage >= 2:
-		g := e.ownGrad.Float32s()
-		return func(pc piece) []float32 { return g[pc.at : pc.at+pc.n] }, nil
-	case e.cfg.Grads == comm.Float32:
-		g := e.grads.Float32s()
-		return func(pc piece) []float32 { return g[pc.lo : pc.lo+pc.n] }, nil
-	}
-	scratch = e.pool.f32(e.part.Size())
+// gradBuf is the reduced gradients of an owned piece: in the full
+// gradients at stages 0–1, in the owned ones at 2–3.
+func (e *Engine) gradBuf(pc piece) comm.Buffer {
 	if e.cfg.Stage >= 2 {
-		e.decodeAll(scratch, e.ownGrad)
-	} else {
-		for i := range e.part.Segments {
-			lo, hi, at := e.part.Owned(i)
-			e.decodeAll(scratch[at:at+hi-lo], e.grads.Slice(lo, hi))
+		return e.ownGrad.Slice(pc.at, pc.at+pc.n)
+	}
+	return e.grads.Slice(pc.lo, pc.lo+pc.n)
+}
+
+// gradOf is gradBuf of fp32 gradients, as float32s.
+func (e *Engine) gradOf(pc piece) []float32 { return e.gradBuf(pc).Float32s() }
+
+// stepBlock is how many 16-bit gradients the step decodes at a time, into
+// a buffer that stays in the L1 cache while they are used; blockLen is
+// stepBlock except in tests, which cut the blocks short.
+const stepBlock = 2048
+
+var blockLen = stepBlock
+
+// update applies AdamW at lr, gradients times factor, to the owned
+// parameters on the engine's threads. 16-bit gradients are decoded a
+// block at a time as the update reads them: a decoded copy of them all
+// (4 bytes a parameter, written once and read twice) cost more than the
+// decoding.
+func (e *Engine) update(lr float64, factor float32) {
+	if e.cfg.Grads == comm.Float32 {
+		parts := make([]optim.Part, len(e.pieces))
+		for i, pc := range e.pieces {
+			parts[i] = optim.Part{P: e.masterOf(pc), G: e.gradOf(pc), At: pc.at, Decay: pc.param.Decay}
+		}
+		e.opt.UpdatePartsThreads(e.threads(), parts, lr, factor)
+		return
+	}
+	st := e.opt.Begin(lr, factor)
+	spread(e.threads(), e.part.Size(), func(lo, hi int) { e.updateDecoded(st, lo, hi) })
+}
+
+// updateDecoded updates the owned elements lo to hi (in owned order).
+func (e *Engine) updateDecoded(st optim.Stepper, lo, hi int) {
+	var g [stepBlock]float32
+	for _, pc := range e.pieces {
+		for s := max(lo, pc.at); s < min(hi, pc.at+pc.n); s += blockLen {
+			i := s - pc.at
+			n := min(blockLen, hi-s, pc.n-i)
+			decode(g[:n], e.gradBuf(pc).Slice(i, i+n))
+			st.Update(optim.Part{P: e.masterOf(pc)[i : i+n], G: g[:n], At: s, Decay: pc.param.Decay})
 		}
 	}
-	return func(pc piece) []float32 { return scratch[pc.at : pc.at+pc.n] }, scratch
 }
 
 // squares accumulates Σg² in float64, in order, over the finite values,
@@ -170,6 +193,18 @@ func (s *squares) add(g []float32) {
 		default:
 			s.sum += f * f
 		}
+	}
+}
+
+// addDecoded adds the squares of 16-bit gradients, decoded a block at a
+// time: the same additions in the same order as add over their decoded
+// copy, so the same sum and counts.
+func (s *squares) addDecoded(b comm.Buffer) {
+	var g [stepBlock]float32
+	for lo := 0; lo < b.Len(); lo += blockLen {
+		hi := min(lo+blockLen, b.Len())
+		decode(g[:hi-lo], b.Slice(lo, hi))
+		s.add(g[:hi-lo])
 	}
 }
 

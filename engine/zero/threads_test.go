@@ -154,3 +154,80 @@ func TestLowPrecisionGradsAccumulate(t *testing.T) {
 		}
 	}
 }
+
+// TestStepDecodesAsScratch: the step over 16-bit gradients, which decodes
+// them a block at a time for the norm and for AdamW (on 1 and 3
+// goroutines), gives the norm, master weights and moments, bit for bit,
+// of the step it replaced: every owned gradient decoded into an fp32 copy,
+// its squares summed piece by piece, then UpdateParts with the clip
+// factor; in bf16 and fp16, at every stage, over three clipped steps,
+// with blocks of 7 (most pieces end in a short block).
+func TestStepDecodesAsScratch(t *testing.T) {
+	defer func(v, b int) { minSpread, blockLen = v, b }(minSpread, blockLen)
+	minSpread, blockLen = 1, 7
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []comm.DType{comm.BFloat16, comm.Float16} {
+		for stage := range 4 {
+			for _, threads := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s/stage%d/threads%d", dt, stage, threads), func(t *testing.T) {
+					flat := make([]float32, testCfg.NumParams())
+					model.InitParams(testCfg, 1, flat)
+					cfg := Config{Stage: stage, Params: dt, Grads: dt, FirstBucket: 300, Bucket: 700, Threads: threads,
+						Optim: optim.Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradClip: 1e-9}}
+					e, err := New(cfg, testCfg, nil, flat)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ref := optim.NewAdamW(cfg.Optim, e.part.Size(), nil)
+					master := slices.Clone(e.master)
+					for step := range 3 {
+						e.BeginMicro(0, 1)
+						for u := len(e.units) - 1; u >= 0; u-- {
+							g := e.Grads(u)
+							for i := range g {
+								g[i] = float32(r.NormFloat64()) * 1e-2
+							}
+							g[0], g[len(g)-1] = float32(math.Copysign(0, -1)), 1.5e-39
+							e.GradsDone(u)
+						}
+						want, wantNorm := refStep(e, ref, master, step)
+						res, err := e.Step(1e-3)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Norm != wantNorm || res.NonFinite {
+							t.Fatalf("step %d: norm %v (non-finite %v), want %v", step, res.Norm, res.NonFinite, wantNorm)
+						}
+						for name, pair := range map[string][2][]float32{"master": {e.master, want}, "m": {e.opt.M, ref.M}, "v": {e.opt.V, ref.V}} {
+							check(t, name, comm.F32(pair[0]).Bytes(), comm.F32(pair[1]).Bytes())
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// refStep is the step before blockwise decoding, on copies (master, ref)
+// of the engine's state: it returns the updated master and the norm.
+func refStep(e *Engine, ref *optim.AdamW, master []float32, step int) ([]float32, float64) {
+	scratch := make([]float32, e.part.Size())
+	for _, pc := range e.pieces {
+		decode(scratch[pc.at:pc.at+pc.n], e.gradBuf(pc))
+	}
+	var sq squares
+	for _, pc := range e.pieces {
+		sq.add(scratch[pc.at : pc.at+pc.n])
+	}
+	norm := sq.norm() / e.scaler.Scale
+	factor := 1 / e.scaler.Scale * optim.ClipScale(norm, e.cfg.Optim.GradClip)
+	if step == 0 && factor == 1/e.scaler.Scale {
+		panic("the test's gradients are not clipped")
+	}
+	var parts []optim.Part
+	for _, pc := range e.pieces {
+		parts = append(parts, optim.Part{P: master[pc.at : pc.at+pc.n], G: scratch[pc.at : pc.at+pc.n], At: pc.at, Decay: pc.param.Decay})
+	}
+	ref.UpdateParts(parts, 1e-3, float32(factor))
+	return master, norm
+}

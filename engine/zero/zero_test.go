@@ -141,9 +141,8 @@ func TestBucketsStartDuringBackward(t *testing.T) {
 						}
 					}
 					e.drain()
-					gradOf, _ := e.ownedGrads()
 					for _, pc := range e.pieces {
-						g := gradOf(pc)
+						g := e.gradOf(pc)
 						if i := slices.IndexFunc(g, func(v float32) bool { return v != 1.5 }); i >= 0 {
 							t.Errorf("stage %d rank %d: reduced gradient %d is %v, want 1.5", stage, r, pc.lo+i, g[i])
 							break
