@@ -29,7 +29,8 @@ type Record struct {
 	NonFinite  bool     `json:"non_finite,omitempty"` // a value above is NaN or infinite (written as a string)
 	StepMillis float64  `json:"step_ms"`
 	// WaitMillis is the part of StepMillis this rank spent blocked in
-	// collectives (comm.BlockedTime). Every rank of a synchronous job takes
+	// collectives (comm.BlockedTime) during the step: the evaluation,
+	// checkpoint and log gather after it are no step's. Every rank of a synchronous job takes
 	// as long per step, so the launcher finds a straggler by its own work,
 	// StepMillis less WaitMillis: the others wait for it.
 	WaitMillis float64   `json:"comm_wait_ms"`
