@@ -30,9 +30,10 @@ type Record struct {
 	StepMillis float64  `json:"step_ms"`
 	// WaitMillis is the part of StepMillis this rank spent blocked in
 	// collectives (comm.BlockedTime) during the step: the evaluation,
-	// checkpoint and log gather after it are no step's. Every rank of a synchronous job takes
-	// as long per step, so the launcher finds a straggler by its own work,
-	// StepMillis less WaitMillis: the others wait for it.
+	// checkpoint and log gather after it are no step's. Every rank of a
+	// synchronous job takes as long per step, so the launcher finds a
+	// straggler by its own work, StepMillis less WaitMillis: the others
+	// wait for it.
 	WaitMillis float64   `json:"comm_wait_ms"`
 	TokensPerS float64   `json:"tokens_per_s"`
 	Memory     MemoryUse `json:"memory"`
