@@ -183,6 +183,20 @@ func TestSlurm(t *testing.T) {
 		}
 	})
 
+	t.Run("auto", func(t *testing.T) {
+		// Inside the allocation, with no hostfile, --auto lays the job out
+		// from what the nodes' agents report, not from the batch script's
+		// node (it used to plan from the launcher's own memory).
+		job := writeEngineJob(t, dir, "auto.yaml", filepath.Join(dir, "auto-ckpt"), 2)
+		j := submit(t, c, dir, "auto", run+" --auto --job "+job+"\n", "--ntasks-per-node=1")
+		if code := j.wait(t, c, 3*time.Minute); code != 0 {
+			t.Fatalf("job exit %d:\n%s", code, j.output())
+		}
+		if out := j.output(); !strings.Contains(out, "from the hosts' reported facts: --auto: tp=") || regexp.MustCompile(`(?m)^gtrain: --auto: tp=`).MatchString(out) {
+			t.Errorf("want the layout planned from the nodes' reported facts only:\n%s", out)
+		}
+	})
+
 	t.Run("pytorch ddp", func(t *testing.T) {
 		python := proctest.NeedTorch(t)
 		script, err := filepath.Abs("../../examples/ddp_allreduce.py")
