@@ -1,12 +1,14 @@
 // Package etcdtest runs a real etcd server for tests (Debian's etcd-server,
 // `make deps` installs it): on loopback, with free ports and a temporary
-// data directory, stopped and removed when the test ends. Without the
-// binary the test is skipped, or fails where etcd is promised (CI=true or
-// GTRAIN_REQUIRE_ETCD=1), as proctest.Missing says.
+// data directory, stopped and removed when the test ends; or, with
+// StartWith, on another address, e.g. inside a network-namespace host.
+// Without the binary the test is skipped, or fails where etcd is promised
+// (CI=true or GTRAIN_REQUIRE_ETCD=1), as proctest.Missing says.
 package etcdtest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,11 +34,12 @@ const readyTimeout = 60 * time.Second
 
 // Server is one running etcd member.
 type Server struct {
-	Endpoint string // 127.0.0.1:PORT, the client URL's host and port
+	Endpoint string // ADDR:PORT (127.0.0.1 by default), the client URL's host and port
 	bin      string
 	dir      string
 	peer     string
 	tls      *TLS
+	command  func(name string, args ...string) *exec.Cmd
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -58,14 +61,38 @@ func Start(t testing.TB) *Server {
 // StartTLS is Start with etcd serving clients over tls (none if nil).
 func StartTLS(t testing.TB, tls *TLS) *Server {
 	t.Helper()
+	return StartWith(t, Options{TLS: tls})
+}
+
+// Options says how StartWith runs etcd.
+type Options struct {
+	TLS *TLS // serve clients over TLS (none if nil)
+	// Command, if set, makes the command that runs etcd, e.g. one that runs
+	// it inside a netns host (netns.Cluster.Exec). Its SysProcAttr is
+	// kept; give it Pdeathsig, as Exec's has. Addr must then be an address
+	// of that host: etcd listens on its default ports, 2379 for clients and
+	// 2380 for peers, which a host of its own leaves free (this process
+	// cannot probe another namespace's ports).
+	Command func(name string, args ...string) *exec.Cmd
+	Addr    string // where etcd listens; default 127.0.0.1
+}
+
+// StartWith runs etcd for t as o says. It skips t (or fails it, see
+// Require) when the etcd binary is not installed.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		proctest.Missing(t, Require, fmt.Errorf("no etcd server (apt-get install etcd-server, or make deps): %w", err))
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), tls: tls}
+	s := &Server{bin: bin, dir: t.TempDir(), tls: o.TLS, command: o.Command}
+	addr := cmp.Or(o.Addr, "127.0.0.1")
 	var last error
 	for range 3 { // a free port may be taken before etcd binds it: pick again
-		s.Endpoint, s.peer = "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+		s.Endpoint, s.peer = net.JoinHostPort(addr, "2379"), net.JoinHostPort(addr, "2380")
+		if o.Command == nil {
+			s.Endpoint, s.peer = net.JoinHostPort(addr, freePort(t, addr)), net.JoinHostPort(addr, freePort(t, addr))
+		}
 		if last = s.start(); last == nil {
 			t.Cleanup(s.stop)
 			return s
@@ -75,8 +102,8 @@ func StartTLS(t testing.TB, tls *TLS) *Server {
 	return nil
 }
 
-func freePort(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(t testing.TB, addr string) string {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +121,17 @@ func (s *Server) start() error {
 		client = "https://" + s.Endpoint
 		tlsArgs = []string{"--cert-file", s.tls.Cert, "--key-file", s.tls.Key, "--trusted-ca-file", s.tls.CA, "--client-cert-auth"}
 	}
-	cmd := exec.Command(s.bin, append([]string{"--name", "t", "--data-dir", s.dir,
+	command := s.command
+	if command == nil {
+		command = exec.Command
+	}
+	cmd := command(s.bin, append([]string{"--name", "t", "--data-dir", s.dir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "t=" + peer, "--logger", "zap", "--log-outputs", "stderr"}, tlsArgs...)...)
-	cmd.SysProcAttr = sysProcAttr()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = sysProcAttr()
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
