@@ -205,6 +205,15 @@ func (pn *perNode) joined(ctx context.Context) int {
 	return int(n)
 }
 
+// storeName names the job's store for messages, and says what to check
+// when it does not answer.
+func (pn *perNode) storeName() (name, check string) {
+	if pn.etcd != nil {
+		return "etcd at " + pn.endpoint, "etcd runs there and every node reaches it"
+	}
+	return "the c10d rendezvous at " + pn.endpoint, "the gtrain run of the node at that address still runs and every node reaches it"
+}
+
 // close ends the connection to the store, and the store when this node
 // hosts it.
 func (pn *perNode) close() {

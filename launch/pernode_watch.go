@@ -26,6 +26,11 @@ import (
 // requests a beat, not O(nodes²)); a node whose beat stands still for
 // SilentAfter is lost, and its watcher writes stop blaming it. Every node
 // waits for stop, so a failure anywhere stops every node at once.
+//
+// A store that does not answer judges nobody (etcd restarting must not
+// stop the job), but only for storeOutage: past that, a node cannot learn
+// whether the others are alive, done or failed, and would wait for them
+// for ever once its own ranks are done, so it stops, naming the store.
 
 // nodeStop is the value of an attempt's stop key.
 type nodeStop struct {
@@ -45,10 +50,12 @@ type nodeAttempt struct {
 	ctx     context.Context // the attempt's: ends when Run's loop is over
 	cancel  context.CancelFunc
 
-	mu    sync.Mutex
-	peers []*peerConn // by node; nil for this one
-	stop  *nodeStop   // once known
-	final bool        // a node left the job in this attempt
+	mu      sync.Mutex
+	peers   []*peerConn // by node; nil for this one
+	stop    *nodeStop   // once known
+	final   bool        // a node left the job in this attempt
+	lostErr error       // the store's outage, when it stopped the attempt
+	failing time.Time   // the first failed store request since one answered
 }
 
 func newNodeAttempt(ctx context.Context, pn *perNode, n, me int, members []nodeInfo, beat time.Duration) *nodeAttempt {
@@ -76,8 +83,9 @@ func (na *nodeAttempt) beatLoop() {
 	k := na.key("beat/" + na.name(na.me))
 	for {
 		ctx, cancel := context.WithTimeout(na.ctx, na.beat)
-		_, _ = na.pn.store.Add(ctx, k, 1)
+		_, err := na.pn.store.Add(ctx, k, 1)
 		cancel()
+		na.answered(err)
 		select {
 		case <-t.C:
 		case <-na.ctx.Done():
@@ -90,19 +98,20 @@ func (na *nodeAttempt) beatLoop() {
 func (na *nodeAttempt) counter(k string) (int64, error) {
 	ctx, cancel := context.WithTimeout(na.ctx, na.beat)
 	defer cancel()
-	return na.pn.store.Add(ctx, k, 0)
+	v, err := na.pn.store.Add(ctx, k, 0)
+	na.answered(err)
+	return v, err
 }
 
 // watchRing watches the next node that is not done, as checkSilent
 // watches agents: a check held up (this process, or the store, was slow
 // or away) judges nobody and starts the count again.
 func (na *nodeAttempt) watchRing() {
-	limit := SilentAfter(na.beat)
 	t := time.NewTicker(na.beat)
 	defer t.Stop()
+	w := beatWatch{limit: SilentAfter(na.beat), last: -1, changed: time.Now()}
 	next := na.me
-	var last int64 = -1
-	changed, lastCheck := time.Now(), time.Now()
+	lastCheck := time.Now()
 	for {
 		select {
 		case <-na.ctx.Done():
@@ -116,19 +125,19 @@ func (na *nodeAttempt) watchRing() {
 			if next = na.nextWatched(next); next < 0 {
 				return // every other node is done
 			}
-			last, changed = -1, now
+			w.last, w.changed = -1, now
 		}
 		if na.allDone() {
 			return
 		}
 		v, err := na.counter(na.key("beat/" + na.name(next)))
-		switch {
-		case err != nil || held:
-			changed = now
-		case v != last:
-			last, changed = v, now
-		case now.Sub(changed) >= limit && !na.isDone(next):
-			na.lost(next, fmt.Sprintf("its gtrain run sent no heartbeat to the rendezvous for %v (it was killed, or its node lost the network)", now.Sub(changed).Round(time.Second)))
+		at := time.Now()
+		if d := na.outage(at); err != nil && d >= storeOutage(na.beat) {
+			na.storeLost(d)
+			return
+		}
+		if silent := w.check(v, err, held, at); silent > 0 && !na.isDone(next) {
+			na.lost(next, fmt.Sprintf("its gtrain run sent no heartbeat to the rendezvous for %v (it was killed, or its node lost the network)", silent.Round(time.Second)))
 			return
 		}
 	}
@@ -278,12 +287,12 @@ func (t *nodeTransport) Start(ctx context.Context, h Host, asg *proto.Assignment
 	p := &peerConn{events: make(chan proto.Event, 4), quit: make(chan struct{}), host: h, beat: na.beat}
 	na.mu.Lock()
 	na.peers[h.Node] = p
-	stop := na.stop
+	stop, lost := na.stop, na.lostErr
 	na.mu.Unlock()
 	p.events <- proto.Event{V: proto.Version, Type: proto.EventJoined, Time: time.Now(), Host: h.Name, Node: h.Node, Rank: -1, Facts: &proto.HostFacts{Hostname: h.Name}}
 	go p.beatLoop()
 	if stop != nil {
-		p.end(nil)
+		p.end(lost)
 	}
 	return p, nil
 }
