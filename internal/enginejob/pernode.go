@@ -177,8 +177,12 @@ func (j *Job) recordRunDir(ctx context.Context) error {
 // path) names another job than j.
 func (j *Job) checkRecord(path string, b []byte) error {
 	var rec jobRecord
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Digest == "" {
-		return fmt.Errorf("run: %s: malformed job record (%v): remove it if the directory holds no run, or choose another --rdzv-id", path, err)
+	err := json.Unmarshal(b, &rec)
+	if err == nil && rec.Digest == "" {
+		err = errors.New("no digest")
+	}
+	if err != nil {
+		return fmt.Errorf("run: %s: malformed job record: %w; remove it if the directory holds no run, or choose another --rdzv-id", path, err)
 	}
 	if rec.Digest != j.Digest() {
 		return usage.Errorf("run: %s holds the run of another job with --rdzv-id %s (job digest %s, recorded in %s), not this one (job digest %s): a job started again needs the same --job, --set and working directory on every node; a new job needs a new --rdzv-id",

@@ -35,10 +35,12 @@ func TestRecordRunDir(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "job digest "+a.Digest()) || !strings.Contains(err.Error(), "job digest "+b.Digest()) {
 		t.Errorf("another job: %v, want a refusal naming digests %s and %s", err, a.Digest(), b.Digest())
 	}
-	if err := os.WriteFile(filepath.Join(dir, JobRecordName), []byte("{not json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.recordRunDir(t.Context()); err == nil || !strings.Contains(err.Error(), "malformed job record") {
-		t.Errorf("a malformed record: %v, want a refusal saying so", err)
+	for _, bad := range []string{"{not json", `{"rdzv_id": "job-1"}`} {
+		if err := os.WriteFile(filepath.Join(dir, JobRecordName), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.recordRunDir(t.Context()); err == nil || !strings.Contains(err.Error(), "malformed job record") {
+			t.Errorf("record %q: %v, want a refusal saying it is malformed", bad, err)
+		}
 	}
 }
