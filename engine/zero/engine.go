@@ -86,6 +86,8 @@ type Engine struct {
 
 	pool     pool
 	live     map[int]*liveUnit   // unit weights gathered or decoded
+	emb      []float32           // stages 0–2, 16-bit: the embedding unit decoded (see embedding)
+	embValid bool                // emb holds the working parameters as they are
 	open     map[int][]float32   // gradient buffers handed out by Grads
 	send     map[int]comm.Buffer // stages 2–3: segments being filled for a reduce-scatter
 	done     []int               // units of each segment complete this micro-batch

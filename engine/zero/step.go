@@ -233,6 +233,7 @@ func (e *Engine) clearGrads() {
 // rounded to the working type, and all-gathered where other ranks own
 // parts of them (stages 1–2).
 func (e *Engine) publish() error {
+	e.embValid = false
 	switch {
 	case e.cfg.Stage == 3:
 		if e.cfg.Params != comm.Float32 {

@@ -40,9 +40,12 @@ func (e *Engine) Weights(u int) []float32 {
 	if lu.h != nil {
 		e.wait(lu.h)
 	}
-	if lu.raw.DType() == comm.Float32 {
+	switch {
+	case lu.raw.DType() == comm.Float32:
 		lu.f32 = lu.raw.Float32s()
-	} else {
+	case u == 0 && e.cfg.Stage < 3:
+		lu.f32, lu.raw = e.embedding(lu.raw), comm.Buffer{}
+	default:
 		lu.f32, lu.pool = e.pool.f32(hi-lo), true
 		e.decodeAll(lu.f32, lu.raw)
 		if e.cfg.Stage == 3 {
@@ -51,6 +54,23 @@ func (e *Engine) Weights(u int) []float32 {
 		lu.raw = comm.Buffer{}
 	}
 	return lu.f32
+}
+
+// embedding is the embedding unit's fp32 decoding (raw, stages 0–2),
+// kept from one use to the next until the working parameters change
+// (publish): forward uses the unit twice (the token embeddings, then the
+// tied output layer) and backward starts with it, so three decodes of the
+// largest unit per micro-batch become one per step. Its buffer comes from
+// the pool, which held one of its size between uses anyway.
+func (e *Engine) embedding(raw comm.Buffer) []float32 {
+	if e.emb == nil {
+		e.emb = e.pool.f32(raw.Len())
+	}
+	if !e.embValid {
+		e.decodeAll(e.emb, raw)
+		e.embValid = true
+	}
+	return e.emb
 }
 
 // fetch starts getting unit u: an all-gather of its parts (stage 3), or a
