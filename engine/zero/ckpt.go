@@ -87,5 +87,5 @@ func (e *Engine) Load(c *ckpt.Checkpoint) error {
 	if err := e.cz.load(c); err != nil {
 		return err
 	}
-	return e.publish()
+	return e.publish(false)
 }

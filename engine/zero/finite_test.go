@@ -105,7 +105,7 @@ func TestNonFiniteCountsWorkingParameters(t *testing.T) {
 		t.Fatalf("fresh engine: %d non-finite values", n)
 	}
 	e.master[5] = 1e6 // finite in fp32, beyond fp16's 65504
-	if err := e.publish(); err != nil {
+	if err := e.publish(false); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.NonFinite(); n != 1 {

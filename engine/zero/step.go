@@ -78,7 +78,7 @@ func (e *Engine) Step(lr float64) (StepResult, error) {
 	factor *= optim.ClipScale(res.Norm, e.cfg.Optim.GradClip) // exactly 1 when not clipping
 	e.update(lr, float32(factor))
 	e.clearGrads()
-	return res, e.publish()
+	return res, e.publish(true)
 }
 
 // Overflow ends a step whose loss was not finite as Step ends one whose
@@ -129,12 +129,14 @@ const stepBlock = 2048
 var blockLen = stepBlock
 
 // update applies AdamW at lr, gradients times factor, to the owned
-// parameters on the engine's threads. 16-bit gradients are decoded a
-// block at a time as the update reads them: a decoded copy of them all
-// (4 bytes a parameter, written once and read twice) cost more than the
-// decoding.
+// parameters on the engine's threads. With 16-bit parameters it goes a
+// block at a time: 16-bit gradients are decoded as the update reads them
+// (a decoded copy of them all, 4 bytes a parameter written once and read
+// twice, cost more than the decoding), and the updated master weights
+// are rounded into the working parameters while the block is in cache
+// (publish then only shares them).
 func (e *Engine) update(lr float64, factor float32) {
-	if e.cfg.Grads == comm.Float32 {
+	if e.cfg.Params == comm.Float32 { // and so are the gradients (Validate)
 		parts := make([]optim.Part, len(e.pieces))
 		for i, pc := range e.pieces {
 			parts[i] = optim.Part{P: e.masterOf(pc), G: e.gradOf(pc), At: pc.at, Decay: pc.param.Decay}
@@ -143,20 +145,37 @@ func (e *Engine) update(lr float64, factor float32) {
 		return
 	}
 	st := e.opt.Begin(lr, factor)
-	spread(e.threads(), e.part.Size(), func(lo, hi int) { e.updateDecoded(st, lo, hi) })
+	spread(e.threads(), e.part.Size(), func(lo, hi int) { e.updateBlocks(st, lo, hi) })
 }
 
-// updateDecoded updates the owned elements lo to hi (in owned order).
-func (e *Engine) updateDecoded(st optim.Stepper, lo, hi int) {
-	var g [stepBlock]float32
+// updateBlocks updates the owned elements lo to hi (in owned order) of
+// 16-bit parameters.
+func (e *Engine) updateBlocks(st optim.Stepper, lo, hi int) {
+	var buf [stepBlock]float32
 	for _, pc := range e.pieces {
+		gb, wb, p := e.gradBuf(pc), e.workOf(pc), e.masterOf(pc)
 		for s := max(lo, pc.at); s < min(hi, pc.at+pc.n); s += blockLen {
 			i := s - pc.at
 			n := min(blockLen, hi-s, pc.n-i)
-			decode(g[:n], e.gradBuf(pc).Slice(i, i+n))
-			st.Update(optim.Part{P: e.masterOf(pc)[i : i+n], G: g[:n], At: s, Decay: pc.param.Decay})
+			g := buf[:n]
+			if gb.DType() == comm.Float32 {
+				g = gb.Float32s()[i : i+n]
+			} else {
+				decode(g, gb.Slice(i, i+n))
+			}
+			st.Update(optim.Part{P: p[i : i+n], G: g, At: s, Decay: pc.param.Decay})
+			encode(wb.Slice(i, i+n), p[i:i+n])
 		}
 	}
+}
+
+// workOf is the working parameters of an owned piece: in the full ones
+// at stages 0–2, in the owned ones at 3.
+func (e *Engine) workOf(pc piece) comm.Buffer {
+	if e.cfg.Stage == 3 {
+		return e.own.Slice(pc.at, pc.at+pc.n)
+	}
+	return e.work.Slice(pc.lo, pc.lo+pc.n)
 }
 
 // squares accumulates Σg² in float64, in order, over the finite values,
@@ -230,18 +249,19 @@ func (e *Engine) clearGrads() {
 }
 
 // publish makes the working parameters follow the updated master weights:
-// rounded to the working type, and all-gathered where other ranks own
-// parts of them (stages 1–2).
-func (e *Engine) publish() error {
+// rounded to the working type (unless the update rounded them already:
+// rounded), and all-gathered where other ranks own parts of them (stages
+// 1–2).
+func (e *Engine) publish(rounded bool) error {
 	e.embValid = false
 	switch {
 	case e.cfg.Stage == 3:
-		if e.cfg.Params != comm.Float32 {
+		if e.cfg.Params != comm.Float32 && !rounded {
 			e.encodeAll(e.own, e.master)
 		}
 		return nil
 	case e.part.Ranks == 1:
-		if e.master != nil {
+		if e.master != nil && !rounded {
 			e.encodeAll(e.work, e.master) // stage 0 owns all, in flat order
 		}
 		return nil
@@ -249,7 +269,7 @@ func (e *Engine) publish() error {
 	for i, s := range e.part.Segments {
 		lo, hi, at := e.part.Owned(i)
 		mine := e.work.Slice(lo, hi)
-		if e.master != nil {
+		if e.master != nil && !rounded {
 			e.encodeAll(mine, e.master[at:at+hi-lo])
 		}
 		e.start(e.comm.AllGatherAsync(e.ctx, mine, e.work.Slice(s.Offset, s.Offset+s.Size)), nil)

@@ -160,19 +160,20 @@ func TestLowPrecisionGradsAccumulate(t *testing.T) {
 // goroutines), gives the norm, master weights and moments, bit for bit,
 // of the step it replaced: every owned gradient decoded into an fp32 copy,
 // its squares summed piece by piece, then UpdateParts with the clip
-// factor; in bf16 and fp16, at every stage, over three clipped steps,
-// with blocks of 7 (most pieces end in a short block).
+// factor, then the working parameters rounded from the masters; in bf16
+// and fp16, with 16-bit and fp32 gradients, at every stage, over three
+// clipped steps, with blocks of 7 (most pieces end in a short block).
 func TestStepDecodesAsScratch(t *testing.T) {
 	defer func(v, b int) { minSpread, blockLen = v, b }(minSpread, blockLen)
 	minSpread, blockLen = 1, 7
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, dt := range []comm.DType{comm.BFloat16, comm.Float16} {
+	for _, c := range []struct{ params, grads comm.DType }{{comm.BFloat16, comm.BFloat16}, {comm.Float16, comm.Float16}, {comm.BFloat16, comm.Float32}} {
 		for stage := range 4 {
 			for _, threads := range []int{1, 3} {
-				t.Run(fmt.Sprintf("%s/stage%d/threads%d", dt, stage, threads), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s-%s/stage%d/threads%d", c.params, c.grads, stage, threads), func(t *testing.T) {
 					flat := make([]float32, testCfg.NumParams())
 					model.InitParams(testCfg, 1, flat)
-					cfg := Config{Stage: stage, Params: dt, Grads: dt, FirstBucket: 300, Bucket: 700, Threads: threads,
+					cfg := Config{Stage: stage, Params: c.params, Grads: c.grads, FirstBucket: 300, Bucket: 700, Threads: threads,
 						Optim: optim.Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradClip: 1e-9}}
 					e, err := New(cfg, testCfg, nil, flat)
 					if err != nil {
@@ -201,6 +202,11 @@ func TestStepDecodesAsScratch(t *testing.T) {
 						for name, pair := range map[string][2][]float32{"master": {e.master, want}, "m": {e.opt.M, ref.M}, "v": {e.opt.V, ref.V}} {
 							check(t, name, comm.F32(pair[0]).Bytes(), comm.F32(pair[1]).Bytes())
 						}
+						for _, pc := range e.pieces {
+							w := comm.NewBuffer(c.params, pc.n)
+							encode(w, want[pc.at:pc.at+pc.n])
+							check(t, "working parameters", e.workOf(pc).Bytes(), w.Bytes())
+						}
 					}
 				})
 			}
@@ -213,7 +219,7 @@ func TestStepDecodesAsScratch(t *testing.T) {
 func refStep(e *Engine, ref *optim.AdamW, master []float32, step int) ([]float32, float64) {
 	scratch := make([]float32, e.part.Size())
 	for _, pc := range e.pieces {
-		decode(scratch[pc.at:pc.at+pc.n], e.gradBuf(pc))
+		decode(scratch[pc.at:pc.at+pc.n], e.gradBuf(pc)) // a copy when fp32
 	}
 	var sq squares
 	for _, pc := range e.pieces {
