@@ -5,7 +5,6 @@ package comm
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"sync/atomic"
 )
 
@@ -129,22 +128,6 @@ func shmLinks(conns []Conn) []*shmConn {
 	return out
 }
 
-// A streamed collective moves data in up to two phases per link, in this
-// order on the wire. In: rank r sends its contribution to block j to rank
-// j, and reduces block r chunk by chunk as every peer's chunk arrives (in
-// rank order r+1, r+2, ..., so the result does not depend on timing). Out:
-// rank r sends its finished block to every peer (each chunk as soon as it
-// is finished), and copies each peer's into place as it comes.
-type stream struct {
-	dt      DType
-	q       blocks             // the blocks
-	contrib func(j int) Buffer // this rank's contribution to block j; nil: no in phase
-	acc     Buffer             // block r, holding this rank's own contribution, reduced in place
-	op      Op
-	fin     Buffer             // what this rank sends in the out phase
-	dst     func(j int) Buffer // where rank j's finished block goes; nil: no out phase
-}
-
 // progressAllReduce all-reduces buf in place: both phases, the reduced
 // block r going out chunk by chunk as it is reduced.
 func (o *opState) progressAllReduce(links []*shmConn, buf Buffer, op Op) error {
@@ -165,141 +148,6 @@ func (o *opState) progressReduceScatter(links []*shmConn, q blocks, in, out Buff
 // (which may be out's block r, already in place): the out phase only.
 func (o *opState) progressAllGather(links []*shmConn, q blocks, send, out Buffer) error {
 	return o.progress(links, stream{dt: out.dt, q: q, fin: send, dst: func(j int) Buffer { return q.block(out, j) }})
-}
-
-// progress runs a streamed collective over shared-memory links (links[j]
-// for every peer j) from one goroutine.
-func (o *opState) progress(links []*shmConn, s stream) error {
-	p, r := o.c.size, o.c.rank
-	for k := 1; k < p; k++ {
-		if err := o.sendHeader((r + k) % p); err != nil {
-			return err
-		}
-	}
-	for k := 1; k < p; k++ {
-		if err := o.recvHeader(o.ctx, (r-k+p)%p); err != nil {
-			return err
-		}
-	}
-	es := s.dt.Size()
-	// A chunk is at most a quarter ring, so that messages stream.
-	cl := max(1, min(o.chunkLen(s.dt), int(links[(r+1)%p].tx.size)/4/es))
-	chunk := func(b Buffer, c int) Buffer { return b.Slice(c*cl, min((c+1)*cl, b.Len())) }
-	nch := func(j int) int { return (s.q.count(j) + cl - 1) / cl }
-	in, out := s.contrib != nil, s.dst != nil
-	mine := nch(r)
-	reduced := mine // chunks of block r finished
-	if in {
-		reduced = 0
-	}
-	sentIn, sentOut, gotOut := make([]int, p), make([]int, p), make([]int, p)
-	var idle idler
-	post := func(j int, b Buffer) (bool, error) {
-		ok, err := links[j].tryPost(b.b)
-		if err != nil {
-			return false, o.c.peerErr(o.ctx, j, err)
-		}
-		return ok, nil
-	}
-	for {
-		progress, done := false, reduced == mine
-		for k := 1; k < p; k++ {
-			j := (r + k) % p
-			for in && sentIn[j] < nch(j) {
-				ok, err := post(j, chunk(s.contrib(j), sentIn[j]))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				sentIn[j]++
-				progress = true
-			}
-			for out && (!in || sentIn[j] == nch(j)) && sentOut[j] < reduced {
-				ok, err := post(j, chunk(s.fin, sentOut[j]))
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				sentOut[j]++
-				progress = true
-			}
-			done = done && (!in || sentIn[j] == nch(j)) && (!out || sentOut[j] == mine && gotOut[j] == nch(j))
-		}
-		// Reduce the next chunk of block r once every peer's part is in.
-		for reduced < mine {
-			dst := chunk(s.acc, reduced)
-			ready := true
-			for k := 1; k < p && ready; k++ {
-				_, _, ok, err := links[(r+k)%p].peek(len(dst.b))
-				if err != nil {
-					return o.c.peerErr(o.ctx, (r+k)%p, err)
-				}
-				if ok {
-					links[(r+k)%p].unpeek()
-				}
-				ready = ok
-			}
-			if !ready {
-				break
-			}
-			for k := 1; k < p; k++ {
-				j := (r + k) % p
-				a, b, ok, err := links[j].peek(len(dst.b))
-				if !ok { // only Close can take a waiting message away
-					return o.c.peerErr(o.ctx, j, errors.Join(err, ErrLinkClosed))
-				}
-				na := len(a) / es
-				reduceInto(s.op, dst.Slice(0, na), dst.Slice(0, na), Buffer{b: a, dt: s.dt})
-				if len(b) > 0 {
-					reduceInto(s.op, dst.Slice(na, dst.Len()), dst.Slice(na, dst.Len()), Buffer{b: b, dt: s.dt})
-				}
-				links[j].consume(len(dst.b))
-			}
-			if s.op == Avg {
-				divide(dst, p)
-			}
-			reduced++
-			progress = true
-		}
-		// Copy in the peers' finished chunks, behind their in-phase ones.
-		for k := 1; k < p && out && reduced == mine; k++ {
-			j := (r - k + p) % p
-			for gotOut[j] < nch(j) {
-				dst := chunk(s.dst(j), gotOut[j])
-				a, b, ok, err := links[j].peek(len(dst.b))
-				if err != nil {
-					return o.c.peerErr(o.ctx, j, err)
-				}
-				if !ok {
-					break
-				}
-				ringCopy(dst.b, a)
-				ringCopy(dst.b[len(a):], b)
-				links[j].consume(len(dst.b))
-				gotOut[j]++
-				progress = true
-			}
-		}
-		if done {
-			return nil
-		}
-		if progress {
-			idle.reset()
-			continue
-		}
-		if err := o.progressCheck(links, idle.n, func(j int) bool {
-			return reduced < mine || out && gotOut[j] < nch(j)
-		}); err != nil {
-			return err
-		}
-		if !idle.wait() {
-			shmNapPoll()
-		}
-	}
 }
 
 // progressCheck ends an idle progress loop when the operation's context
