@@ -370,7 +370,22 @@ func (c *shmConn) Close() error {
 type idler struct {
 	since time.Time
 	n     int
+	// alone: the waiting goroutine is the only one that moves this rank's
+	// data (a progress loop), so it never calls runtime.Gosched. Gosched
+	// wakes an idle P's thread (the runtime's wakep) to look for the
+	// goroutine, and on a small, busy host that thread takes a CPU from the
+	// peer rank or gets this one preempted: at load 4-8 on 2 CPUs, 2 ranks,
+	// the median 8 MiB all-reduce was 0.7-3.3 ms in 6 runs of 200 with
+	// Gosched, 0.5-0.7 ms without (Open MPI 0.6-0.8), interleaved
+	// (docs/benchmarks.md, issue 19).
+	alone bool
 }
+
+// shmGosched and shmSchedYield give the CPU away; tests count the calls.
+var (
+	shmGosched    = runtime.Gosched
+	shmSchedYield = func() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+)
 
 func (w *idler) reset() { w.n = 0 }
 
@@ -383,10 +398,10 @@ func (w *idler) wait() bool {
 	case d < shmSpinFor:
 	case d >= shmYieldFor:
 		return false
-	case w.n%2 == 0:
-		runtime.Gosched() // another goroutine of this rank may be the one to make progress
+	case w.n%2 == 0 && !w.alone:
+		shmGosched() // another goroutine of this rank may be the one to make progress
 	default:
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // or another process
+		shmSchedYield() // or another process
 	}
 	return true
 }

@@ -261,7 +261,7 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 	if s.contrib == nil {
 		t.reduced = t.mine
 	}
-	var idle idler
+	idle := idler{alone: true}
 	for {
 		progress, err := t.turn()
 		if err != nil {

@@ -88,3 +88,32 @@ func TestStreamCopiesInBeforeLastReduce(t *testing.T) {
 	}
 }
 
+// TestIdlerAloneNeverGosched checks that a progress loop's idle wait
+// gives its CPU only to other processes: a Gosched wakes another thread of
+// the rank, which on a busy host costs the peer its CPU. A plain wait
+// (blocking Send and Recv) still lets the rank's other goroutines run.
+func TestIdlerAloneNeverGosched(t *testing.T) {
+	gosched0, yield0 := shmGosched, shmSchedYield
+	t.Cleanup(func() { shmGosched, shmSchedYield = gosched0, yield0 })
+	gosched, yields := 0, 0
+	shmGosched = func() { gosched++ }
+	shmSchedYield = func() { yields++ }
+	// Each wait runs until shmYieldFor has passed; one preempted past the
+	// whole yield phase makes no call, so wait until one did.
+	until := func(alone bool, n *int) {
+		for range 100 {
+			idle := idler{alone: alone}
+			for idle.wait() {
+			}
+			if *n > 0 {
+				return
+			}
+		}
+		t.Fatalf("alone=%v: no call in 100 waits of shmYieldFor", alone)
+	}
+	until(true, &yields)
+	if gosched != 0 {
+		t.Errorf("a progress loop's wait called Gosched %d times (and sched_yield %d), want never", gosched, yields)
+	}
+	until(false, &gosched)
+}
