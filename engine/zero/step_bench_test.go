@@ -63,3 +63,51 @@ func benchTrainStep(b *testing.B, preset string, B, T int, prec comm.DType) {
 	}
 	b.ReportMetric(float64(B*T*b.N)/b.Elapsed().Seconds(), "tok/s")
 }
+
+// BenchmarkEngineStep times what the engine itself does in a step of one
+// rank, without the model's compute: every Weights and Release of
+// forward and backward, Grads and GradsDone of every unit, and Step
+// (norm, AdamW, publishing the update), on the presets' parameter counts,
+// 2 threads.
+func BenchmarkEngineStep(b *testing.B) {
+	for _, preset := range []string{"small", "gpt2"} {
+		for _, prec := range []comm.DType{comm.Float32, comm.BFloat16} {
+			b.Run(fmt.Sprintf("%s/%s", preset, prec), func(b *testing.B) {
+				cfg := model.Presets[preset]
+				flat := make([]float32, cfg.NumParams())
+				model.InitParams(cfg, 1, flat)
+				zc := Config{Params: prec, Grads: prec, FirstBucket: 1 << 18, Bucket: 25 << 18, Threads: 2,
+					Optim: optim.Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, GradClip: 1}}
+				e, err := New(zc, cfg, nil, flat)
+				if err != nil {
+					b.Fatal(err)
+				}
+				units := len(cfg.Units())
+				step := func() {
+					e.BeginMicro(0, 1)
+					for u := range units { // forward, then the tied output layer
+						e.Weights(u)
+						e.Release(u)
+					}
+					e.Weights(0)
+					e.Release(0)
+					for u := units - 1; u >= 0; u-- { // backward: the embeddings first, done last
+						e.Weights(u)
+						g := e.Grads(u)
+						g[0] = 1e-3
+						e.GradsDone(u)
+						e.Release(u)
+					}
+					if _, err := e.Step(1e-4); err != nil {
+						b.Fatal(err)
+					}
+				}
+				step()
+				b.ResetTimer()
+				for range b.N {
+					step()
+				}
+			})
+		}
+	}
+}
