@@ -218,7 +218,9 @@ run_hosts() { # MODE RUN
 		pids+=("$started")
 	done
 	# Both nodes reporting done (every rank exited) is the run's end: the
-	# per-node launchers have been seen to stay up after it on longer runs.
+	# per-node launchers under construction were seen to stay up after it on
+	# longer runs (issue 18 found no such hang in the finished code; this
+	# backstop only saves the heartbeat or two a launcher takes to exit).
 	while kill -0 "${pids[0]}" 2>/dev/null || kill -0 "${pids[1]}" 2>/dev/null; do
 		if grep -q '"type":"done"' "$tmp/hosts.0.jsonl" && grep -q '"type":"done"' "$tmp/hosts.1.jsonl"; then
 			kill_session TERM "${pids[0]}" && kill_session TERM "${pids[1]}"
