@@ -252,7 +252,7 @@ func (o *opState) progress(links []*shmConn, s stream) error {
 	}
 	// A chunk is at most an eighth of the ring, so that the in chunks a
 	// link leads with and a few out chunks fit at once: 128 KiB with the
-	// default ring (256 KiB took 3-5% longer at 2-8 MiB, 32 and 64 KiB no
+	// default ring (256 KiB took 3-6% longer at 2-8 MiB, 32 and 64 KiB no
 	// less; smaller rings were slower, as before).
 	cl := max(1, min(o.chunkLen(s.dt), int(links[(r+1)%p].tx.size)/8/s.dt.Size()))
 	t := &streamRun{o: o, links: links, s: s, p: p, r: r, cl: cl,
