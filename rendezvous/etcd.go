@@ -14,6 +14,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -42,6 +44,19 @@ type EtcdClient struct {
 
 // etcdDialTimeout bounds OpenEtcd's first contact with the cluster.
 const etcdDialTimeout = 10 * time.Second
+
+// reconnect is how the client dials etcd again after losing it: gRPC's
+// default backoff grows to 120 s, so after a 25 s outage the next try
+// could come 10 s after etcd was back, and a node would count that as
+// outage too (judging its peers, or the store, lost). Tries at most
+// etcdMaxBackoff apart cost etcd little and see it back within that.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: etcdMaxBackoff},
+	MinConnectTimeout: 5 * time.Second,
+}
+
+// etcdMaxBackoff caps the time between the client's tries to reach etcd.
+const etcdMaxBackoff = 2 * time.Second
 
 // signLabel ties a value's MAC to this use and version.
 var signLabel = []byte("gtrain rendezvous etcd v1 value\x00")
@@ -75,6 +90,7 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig, secret []byte) (*EtcdClient, 
 		// As the TCP client: a reply as large as a round of thousands of
 		// nodes, and no more (etcd's client would take 2 GiB).
 		MaxCallSendMsgSize: MaxMessage, MaxCallRecvMsgSize: maxReplyLine,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(reconnect)},
 	})
 	if err != nil {
 		return fail(err)
