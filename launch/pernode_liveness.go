@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"time"
 )
@@ -83,9 +85,7 @@ func (w *beatWatch) check(v int64, err error, held bool, at time.Time) time.Dura
 // attempt fails and tears its ranks down. Nothing is written: the store is
 // what is missing; each node finds the outage itself.
 func (na *nodeAttempt) storeLost(d time.Duration) {
-	name, check := na.pn.storeName()
-	err := fmt.Errorf("%s has not answered for %v: this node cannot tell whether the other nodes are alive, done or failed, "+
-		"so it stops rather than wait for them (check that %s; then start the job again with a new --rdzv-id)", name, d.Round(time.Second), check)
+	err := na.pn.outageErr(d, "this node cannot tell whether the other nodes are alive, done or failed, so it stops rather than wait for them")
 	na.mu.Lock()
 	if na.stop != nil {
 		na.mu.Unlock()
@@ -101,4 +101,110 @@ func (na *nodeAttempt) storeLost(d time.Duration) {
 			p.end(err)
 		}
 	}
+}
+
+// outageErr is the error of a node that stops because the store has
+// failed every request for d; why says what it could not do.
+func (pn *perNode) outageErr(d time.Duration, why string) error {
+	name, check := pn.storeName()
+	return fmt.Errorf("%s has not answered for %v: %s (check that %s; then start the job again with a new --rdzv-id)", name, d.Round(time.Second), why, check)
+}
+
+// watchStore asks the store something every beat until ctx ends, and
+// cancels ctx once every request has failed for storeOutage(beat): a spare
+// waits for the next round in requests that wait as long as the store is
+// away, and would wait for ever for a store gone for good. As in
+// nodeAttempt.answered, the outage counts from the first failed request.
+func (pn *perNode) watchStore(ctx context.Context, beat time.Duration, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(beat)
+	defer t.Stop()
+	var failing time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := pn.probe(ctx, beat)
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			failing = time.Time{}
+		case failing.IsZero():
+			failing = now
+		case now.Sub(failing) >= storeOutage(beat):
+			cancel(pn.outageErr(now.Sub(failing), "this spare node cannot learn when the next round starts, so it stops rather than wait for it"))
+			return
+		}
+	}
+}
+
+// probe asks the store to compare a key no node writes: a read that
+// writes nothing and does not wait for the key, within beat.
+func (pn *perNode) probe(ctx context.Context, beat time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, beat)
+	defer cancel()
+	_, _, err := pn.store.CompareAndSet(ctx, "pernode/probe", []byte("-"), []byte("-"))
+	return err
+}
+
+// The attempt's done key is a set, a bit per node in rank order, not a
+// count: setting a bit again changes nothing, so a node whose write was
+// applied but whose reply was lost (etcd restarting, a request timed out)
+// and that writes again counts once. A counter would count it twice, and
+// the others would end their wait for a node still running.
+
+// doneLen is the size of the done set in bytes.
+func (na *nodeAttempt) doneLen() int { return (len(na.members) + 7) / 8 }
+
+// isSet says whether node i's bit is set in a done set (nil: none is).
+func isSet(set []byte, i int) bool { return i/8 < len(set) && set[i/8]&(1<<(i%8)) != 0 }
+
+// doneSet reads the done set without waiting (the store's Get waits for
+// a missing key): a compare-and-set against a value longer than any set
+// never swaps, and returns what the key holds.
+func (na *nodeAttempt) doneSet() ([]byte, error) {
+	ctx, cancel := context.WithTimeout(na.ctx, na.beat)
+	defer cancel()
+	never := make([]byte, na.doneLen()+1)
+	_, cur, err := na.pn.store.CompareAndSet(ctx, na.key("done"), never, never)
+	if err == nil {
+		err = na.checkDone(cur)
+	}
+	na.answered(err)
+	return cur, err
+}
+
+// checkDone checks a done set read from the store (nil: empty).
+func (na *nodeAttempt) checkDone(set []byte) error {
+	if set != nil && len(set) != na.doneLen() {
+		return fmt.Errorf("launch: malformed done set of attempt %d in the store: %d bytes, want %d for %d nodes", na.n, len(set), na.doneLen(), len(na.members))
+	}
+	return nil
+}
+
+// setDone sets this node's bit in the done set, unless it is set already
+// (an earlier try that took, its reply lost). A swap fails only when
+// another node set its bit, so it takes at most one try a node.
+func (na *nodeAttempt) setDone(ctx context.Context) error {
+	var cur []byte
+	for range len(na.members) + 1 {
+		next := make([]byte, na.doneLen())
+		copy(next, cur)
+		next[na.me/8] |= 1 << (na.me % 8)
+		if bytes.Equal(next, cur) {
+			return nil
+		}
+		ok, now, err := na.pn.store.CompareAndSet(ctx, na.key("done"), cur, next)
+		if err != nil || ok {
+			return err
+		}
+		if err := na.checkDone(now); err != nil {
+			return err
+		}
+		cur = now
+	}
+	return fmt.Errorf("launch: attempt %d's done set in the store changed more often than it has nodes (%d)", na.n, len(na.members))
 }

@@ -18,7 +18,7 @@ import (
 // come from the job's store under pernode/N/:
 //
 //	beat/NAME   a counter each node's launcher adds to every heartbeat
-//	done/NAME   1 once the node's agent said done
+//	done        a bit per node in rank order, set once its agent said done
 //	stop        the first reason the attempt is going down (nodeStop)
 //
 // Each node watches the beat of the next node in rank order that is not
@@ -164,9 +164,14 @@ func (na *nodeAttempt) nextWatched(from int) int {
 // A node watching its ring neighbour would learn of the others' end only
 // when its neighbour ends, so it also polls the job's done count.
 func (na *nodeAttempt) allDone() bool {
-	n, err := na.counter(na.key("done"))
-	if err != nil || n < int64(len(na.members)) {
+	set, err := na.doneSet()
+	if err != nil {
 		return false
+	}
+	for i := range na.members {
+		if !isSet(set, i) {
+			return false
+		}
 	}
 	for i := range na.members {
 		na.endPeer(i, nil)
@@ -185,8 +190,8 @@ func (na *nodeAttempt) endPeer(i int, err error) {
 }
 
 func (na *nodeAttempt) isDone(i int) bool {
-	v, err := na.counter(na.key("done/" + na.name(i)))
-	return err == nil && v > 0
+	set, err := na.doneSet()
+	return err == nil && isSet(set, i)
 }
 
 // lost writes the stop blaming node i, and ends its peer.
@@ -327,14 +332,12 @@ func (c *nodeLocalConn) Recv() (proto.Event, error) {
 // publishDone tells the other nodes this node is done, trying again until
 // the store takes it (etcd may be restarting): they wait for it.
 func (na *nodeAttempt) publishDone() {
-	for _, k := range []string{"done/" + na.name(na.me), "done"} {
-		for {
-			ctx, cancel := context.WithTimeout(na.ctx, 10*time.Second)
-			_, err := na.pn.store.Add(ctx, na.key(k), 1)
-			cancel()
-			if err == nil || sleepCtx(na.ctx, na.beat) != nil {
-				break
-			}
+	for {
+		ctx, cancel := context.WithTimeout(na.ctx, 10*time.Second)
+		err := na.setDone(ctx)
+		cancel()
+		if err == nil || sleepCtx(na.ctx, na.beat) != nil {
+			return
 		}
 	}
 }
