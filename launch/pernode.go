@@ -262,14 +262,15 @@ func (rt *Runtime) beat(p *Job) time.Duration {
 	return cmp.Or(p.Heartbeat, 5*time.Second)
 }
 
-// waitRound waits until another node starts round n, or the job ends.
+// waitRound waits until another node starts round n, or the job ends; a
+// store that fails every request for the outage limit ends the wait
+// (watchStore), which would otherwise last for ever.
 func (pn *perNode) waitRound(ctx context.Context, n int) error {
-	next, err := pn.waitNext(ctx, n, 1, nil)
-	if err != nil {
-		return err
-	}
-	_ = next
-	return nil
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go pn.watchStore(wctx, cmp.Or(pn.base.Heartbeat, 5*time.Second), cancel)
+	_, err := pn.waitNext(wctx, n, 1, nil)
+	return err
 }
 
 func nodeNames(ms []nodeInfo) string {
