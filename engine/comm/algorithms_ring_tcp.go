@@ -82,12 +82,17 @@ type tcpRing struct {
 	off    int
 	lenIn  [8]byte
 	readIn int64
+
+	idle tcpIdle
 }
 
 // ringTCP runs the pass rp over in (from the left) and out (to the right).
 func (o *opState) ringTCP(rp *ringPass, in, out *tcpConn) error {
 	p, r := o.c.size, o.c.rank
-	t := &tcpRing{o: o, rp: rp, in: in, out: out, left: mod(r-1, p), right: mod(r+1, p)}
+	t := &tcpRing{o: o, rp: rp, in: in, out: out, left: mod(r-1, p), right: mod(r+1, p), idle: tcpIdle{tcpWaitConfig: in.wait, bo: &in.spinBo}}
+	if t.idle.sys == nil {
+		t.idle.sys = osTCPSys{}
+	}
 	t.plan()
 	if len(t.sends) == 0 && len(t.recvs) == 0 {
 		return nil
@@ -208,10 +213,10 @@ func (t *tcpRing) loop(fdIn, fdOut int) error {
 		if err != nil {
 			return err
 		}
-		if !wrote && !read {
-			if err := t.wait(fdIn, fdOut); err != nil {
-				return err
-			}
+		if wrote || read {
+			t.idle.moved()
+		} else if err := t.wait(fdIn, fdOut); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -321,8 +326,9 @@ func (t *tcpRing) finish(it *tcpRecvItem) error {
 	return nil
 }
 
-// wait blocks in poll(2) until a socket this pass needs is ready, or
-// tcpPollWait passes.
+// wait gives a pass that found nothing to move a moment (see tcp_wait.go)
+// or, once its spin budget is spent, blocks in poll(2) until a socket it
+// needs is ready, or tcpPollWait passes.
 func (t *tcpRing) wait(fdIn, fdOut int) error {
 	var fds [2]unix.PollFd
 	k := 0
@@ -332,6 +338,9 @@ func (t *tcpRing) wait(fdIn, fdOut int) error {
 		t.o.c.flight.wait(t.left)
 	} else {
 		t.o.c.flight.wait(t.right)
+	}
+	if t.idle.spin() {
+		return nil
 	}
 	if len(t.wq) > 0 {
 		if k == 1 && fdIn == fdOut {
@@ -345,8 +354,8 @@ func (t *tcpRing) wait(fdIn, fdOut int) error {
 	if dl, ok := t.o.ctx.Deadline(); ok {
 		wait = min(wait, max(time.Until(dl), 0))
 	}
-	if _, err := unix.Poll(fds[:k], int(wait.Milliseconds())+1); err != nil && err != syscall.EINTR {
-		return t.recvErr(os.NewSyscallError("poll", err))
+	if err := t.idle.sys.poll(fds[:k], wait); err != nil {
+		return t.recvErr(err)
 	}
 	return nil
 }

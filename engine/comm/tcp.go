@@ -49,6 +49,12 @@ type TCPConfig struct {
 	// either side (default 20 s): an incoming connection that has not
 	// authenticated by then is dropped.
 	DialTimeout time.Duration
+	// SpinWait is how long the ring over TCP keeps looking at its sockets
+	// without sleeping when neither can move, giving the CPU away between
+	// looks, before it sleeps in poll(2): at most MaxTCPSpinWait; 0 is
+	// DefaultTCPSpinWait (no spin, as measured so far: see tcp_wait.go),
+	// negative none.
+	SpinWait time.Duration
 	// MaxHandshakes caps the incoming connections authenticating at once
 	// (default 64), so that idle unauthenticated connections cannot use up
 	// the rank's descriptors and memory; over it, a new connection is
@@ -78,6 +84,11 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultTCPDialTimeout
 	}
+	spin, err := tcpSpinWait(c.SpinWait)
+	if err != nil {
+		return c, err
+	}
+	c.SpinWait = spin
 	if c.MaxHandshakes <= 0 {
 		c.MaxHandshakes = DefaultTCPHandshakes
 	}
@@ -239,6 +250,7 @@ func (t *tcpTransport) link(id linkID) *tcpLink {
 
 func (t *tcpTransport) adopt(l *tcpLink, peer int, ncs []*net.TCPConn) (Conn, error) {
 	c := newTCPConn(peer, ncs)
+	c.wait = tcpWaitConfig{budget: t.cfg.SpinWait, sys: osTCPSys{}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

@@ -234,6 +234,8 @@ type tcpConn struct {
 	recvErr error // sticky; under recvMu
 	closed  atomic.Bool
 	once    sync.Once
+	wait    tcpWaitConfig // how the ring over TCP waits on this link
+	spinBo  tcpBackoff    // and how its waits went; under recvMu
 	// sendMu and recvMu order successive calls from different goroutines
 	// (the Conn contract allows one of each at a time, not a fixed one).
 	sendMu, recvMu sync.Mutex
