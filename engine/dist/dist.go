@@ -39,13 +39,16 @@ type Env struct {
 	Secret                    []byte
 	CommAddr                  string // rankenv.CommAddr; empty for the default
 	NoSHM                     bool
+	// SpinWait is rankenv.CommSpinUS as comm.TCPConfig.SpinWait: 0 when
+	// unset (the default), negative for "0" (no spinning).
+	SpinWait time.Duration
 }
 
 // FromEnv reads Env from the process environment (getenv is os.Getenv in
 // production): the torchrun contract (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE), the store's address and secret file the agent sets,
-// and the user's rankenv.CommAddr and rankenv.NoSHM. An error names the
-// variable and says how to get it.
+// and the user's rankenv.CommAddr, rankenv.NoSHM and rankenv.CommSpinUS.
+// An error names the variable and says how to get it.
 func FromEnv(getenv func(string) string) (Env, error) {
 	var e Env
 	var errs []error
@@ -91,7 +94,30 @@ func FromEnv(getenv func(string) string) (Env, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Env{}, fmt.Errorf("dist: not a rank of a gtrain job (run it with gtrain run): %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
+	spin, err := spinWait(getenv(rankenv.CommSpinUS))
+	if err != nil {
+		return Env{}, fmt.Errorf("dist: %w", err)
+	}
+	e.SpinWait = spin
 	return e, nil
+}
+
+// spinWait reads rankenv.CommSpinUS, whole microseconds, bounded by
+// comm.MaxTCPSpinWait: a longer spin would only burn a core a stalled peer
+// does not need.
+func spinWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if most := comm.MaxTCPSpinWait.Microseconds(); err != nil || n < 0 || int64(n) > most {
+		return 0, fmt.Errorf("%s=%.40q: want whole microseconds from 0 (sleep in poll(2) at once) to %d, or unset it for the default %d",
+			rankenv.CommSpinUS, v, most, comm.DefaultTCPSpinWait.Microseconds())
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return time.Duration(n) * time.Microsecond, nil
 }
 
 // World is a rank's connection to the rest of the job: the world
@@ -122,6 +148,9 @@ func Init(ctx context.Context, env Env, opts Options) (*World, error) {
 		return nil, fmt.Errorf("dist: rank %d: reach the job's store: %w", env.Rank, err)
 	}
 	tcp := opts.TCP
+	if tcp.SpinWait == 0 {
+		tcp.SpinWait = env.SpinWait
+	}
 	if tcp.Advertise == "" {
 		tcp.Advertise = env.CommAddr
 	}

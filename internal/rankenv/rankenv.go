@@ -71,6 +71,10 @@ const (
 	CommAddr = "GTRAIN_COMM_ADDR"
 	// NoSHM "1" makes ranks of one host talk over TCP, not shared memory.
 	NoSHM = "GTRAIN_COMM_NO_SHM"
+	// CommSpinUS is how many microseconds the ring over TCP polls its
+	// sockets without sleeping before it sleeps in poll(2) (0: at once;
+	// unset: comm.DefaultTCPSpinWait).
+	CommSpinUS = "GTRAIN_COMM_SPIN_US"
 	// FaultFailAfterStep makes the first attempt of a job fail after the
 	// given step, once its checkpoints up to there are written: a fault
 	// injection that lets the tests of --max-restarts fail a real rank at a

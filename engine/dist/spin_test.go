@@ -1,0 +1,53 @@
+package dist
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gtrain/gtrain/engine/comm"
+	"github.com/gtrain/gtrain/internal/rankenv"
+)
+
+// TestFromEnvSpinWait checks GTRAIN_COMM_SPIN_US: unset is the default
+// (0 in Env), "0" no spinning (negative), whole microseconds up to
+// comm.MaxTCPSpinWait; anything else is refused naming the variable.
+func TestFromEnvSpinWait(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(spin string) func(string) string {
+		m := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+			rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret}
+		if spin != "unset" {
+			m[rankenv.CommSpinUS] = spin
+		}
+		return envMap(m)
+	}
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"unset", 0},
+		{"", 0},
+		{"0", -1},
+		{"1", time.Microsecond},
+		{"250", 250 * time.Microsecond},
+		{"10000", comm.MaxTCPSpinWait},
+	} {
+		e, err := FromEnv(env(tc.in))
+		if err != nil || e.SpinWait != tc.want {
+			t.Errorf("%s=%q: %v, %v; want %v", rankenv.CommSpinUS, tc.in, e.SpinWait, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"10001", "-1", "abc", "1e3", " 5", "50us", strings.Repeat("9", 100)} {
+		_, err := FromEnv(env(bad))
+		if err == nil || !strings.Contains(err.Error(), rankenv.CommSpinUS+"=") || !strings.Contains(err.Error(), "from 0") ||
+			len(err.Error()) > 300 {
+			t.Errorf("%s=%q: %v, want it refused naming the variable and the range, briefly", rankenv.CommSpinUS, bad, err)
+		}
+	}
+}
