@@ -36,7 +36,7 @@ import (
 //
 // The default is still no spin: measured through docs/bench/tcp_spin.sh
 // on this shared 2-core machine (load 3-7), a 100 µs spin with that
-// back-off was 0.5-1.5x of sleeping at once, size by size, never ahead
+// back-off was 0.44-1.55x of sleeping at once, size by size, never ahead
 // across the board (docs/benchmarks.md). On a host whose cores the ranks
 // have to themselves it may win; GTRAIN_COMM_SPIN_US sets it per job.
 
