@@ -94,9 +94,10 @@ test-busy:
 	bash .ci/busy-test $(or $(N),3)
 
 # gtrain's all-reduce against Open MPI and PyTorch gloo on this machine,
-# interleaved, 5 runs (installs openmpi-bin, libopenmpi-dev, python3-torch).
+# interleaved, 5 runs, rewriting docs/benchmarks.md's table (installs
+# openmpi-bin, libopenmpi-dev, python3-torch).
 bench-collectives: build
-	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives.sh --install 5
+	GTRAIN=$(CURDIR)/bin/gtrain bash docs/bench/collectives.sh --install --write 5
 
 # All-reduce, reduce-scatter and all-gather across two network-namespace hosts
 # (veth, bare and limited to 10gbit by tc), 1 and 2 ranks per host, against
