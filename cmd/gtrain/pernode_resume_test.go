@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/internal/enginejob"
 	"github.com/gtrain/gtrain/internal/netns"
 )
@@ -23,7 +22,7 @@ import (
 // same id is refused.
 
 // TestPerNodeEngineStartedAgain: 2 network-namespace hosts, one rank
-// each. Once the checkpoint of step 2 is written, both nodes die at once
+// each. Once a checkpoint is written, both nodes die at once
 // (every process of both, launchers, agents and ranks, stopped and then
 // SIGKILLed, as a pod's container is killed); the same two commands
 // started again finish the job, rank 0 resuming from a checkpoint, with
@@ -55,10 +54,7 @@ func TestPerNodeEngineStartedAgain(t *testing.T) {
 	nodes := start()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
 	defer cancel()
-	waitFor(t, ctx, func() bool {
-		_, err := os.Stat(filepath.Join(run, ckpt.StepDirName(2), "manifest.json"))
-		return err == nil
-	})
+	waitFor(t, ctx, checkpointed(run))
 	killNodes(t, ctx, nodes)
 
 	nodes = start()
