@@ -112,6 +112,7 @@ type perNode struct {
 	rdzvHost string                 // c10d: the host agents dial
 	bind     string                 // c10d: where attempt servers listen
 	base     JobOptions             // the job but its nodes
+	first    int                    // the first round of this node's run of the job (pernode_run.go)
 }
 
 // RunPerNode runs this node's part of a per-node job whose ranks run w,
@@ -211,7 +212,15 @@ func (r *Request) nodeInfo(pn *perNode, nproc, rank int) (nodeInfo, error) {
 func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me nodeInfo, rt Runtime) error {
 	rt.setDefaults()
 	local := rt.Transport
-	for n := 0; ; n++ {
+	start, err := pn.findRun(ctx)
+	if err != nil {
+		var je *jobEndedError
+		if errors.As(err, &je) {
+			return pn.leave(ctx, rt.View, me.Name, err)
+		}
+		return announced(rt.View, err)
+	}
+	for n := start; ; n++ {
 		port, err := FreePort()
 		if err != nil {
 			return err
@@ -246,11 +255,11 @@ func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me
 		err, _ = runAttempt(ctx, p, art, n)
 		me.Plan, me.PlanAttempt = planned.after(me.Plan, me.PlanAttempt, n)
 		na.cancel()
-		if err == nil || !restartable(err) || na.final || n >= p.MaxRestarts || ctx.Err() != nil {
+		if err == nil || !restartable(err) || na.final || n-pn.first >= p.MaxRestarts || ctx.Err() != nil {
 			return pn.leave(ctx, rt.View, me.Name, err)
 		}
-		wait := rt.restartWait(n)
-		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait.Round(10*time.Millisecond), n+1, p.MaxRestarts))
+		wait := rt.restartWait(n - pn.first)
+		notice(rt.View, fmt.Sprintf("%v; restarting the job in %v (restart %d of %d)", err, wait.Round(10*time.Millisecond), n-pn.first+1, p.MaxRestarts))
 		if err := sleepCtx(ctx, wait); err != nil {
 			return pn.leave(ctx, rt.View, me.Name, announced(rt.View, jobStopped(err)))
 		}

@@ -52,11 +52,26 @@ func (s *memStore) CompareAndSet(_ context.Context, key string, old, value []byt
 	return true, value, s.lost(key)
 }
 
-func (s *memStore) Get(ctx context.Context, _ string) ([]byte, error) {
+// Get returns a key's value; it waits for a missing key until ctx ends
+// (no test here writes one a waiter needs).
+func (s *memStore) Get(ctx context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	v, ok := s.data[key]
+	s.mu.Unlock()
+	if ok {
+		return v, nil
+	}
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
-func (s *memStore) Set(context.Context, string, []byte) error  { return nil }
+
+func (s *memStore) Set(_ context.Context, key string, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data[key] = v
+	return nil
+}
+
 func (s *memStore) Barrier(context.Context, string, int) error { return nil }
 func (s *memStore) Join(context.Context, string, any) (*rendezvous.Round, error) {
 	return nil, nil

@@ -127,7 +127,7 @@ func (pn *perNode) waitNext(ctx context.Context, n int, k int64, last <-chan tim
 	}
 	go wait(roundKey(n, "member/"+strconv.FormatInt(k, 10)), k)
 	go wait(roundKey(n, "closed"), -1)
-	go wait(endKey, -2)
+	go wait(pn.endKey(), -2)
 	select {
 	case v := <-got:
 		if v == -2 {
@@ -223,8 +223,9 @@ func assignRanks(members []nodeInfo, mine int) ([]nodeInfo, int, error) {
 	return out, myRank, nil
 }
 
-// endKey holds the job's end, once a node leaves it for good (jobEnd).
-const endKey = "pernode/end"
+// endKey holds the end of this node's run of the job, once a node leaves
+// it for good (jobEnd): under the run's first round (pernode_run.go).
+func (pn *perNode) endKey() string { return roundKey(pn.first, "end") }
 
 // jobEnd is the value of endKey.
 type jobEnd struct {
@@ -235,7 +236,7 @@ type jobEnd struct {
 
 // ended is the error of a node that finds the job ended without it.
 func (pn *perNode) ended(ctx context.Context) error {
-	v, err := pn.store.Get(ctx, endKey)
+	v, err := pn.store.Get(ctx, pn.endKey())
 	if err != nil {
 		return err
 	}

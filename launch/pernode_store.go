@@ -183,22 +183,22 @@ func (pn *perNode) end(ctx context.Context, e jobEnd) {
 	raw, _ := json.Marshal(e)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, _, _ = pn.store.CompareAndSet(ctx, endKey, nil, raw)
-	left, err := pn.store.Add(ctx, "pernode/left", 1)
+	_, _, _ = pn.store.CompareAndSet(ctx, pn.endKey(), nil, raw)
+	left, err := pn.store.Add(ctx, roundKey(pn.first, "left"), 1)
 	if pn.server == nil || err != nil {
 		return
 	}
 	for left < int64(pn.joined(ctx)) && sleepCtx(ctx, 100*time.Millisecond) == nil {
-		if left, err = pn.store.Add(ctx, "pernode/left", 0); err != nil {
+		if left, err = pn.store.Add(ctx, roundKey(pn.first, "left"), 0); err != nil {
 			return
 		}
 	}
 }
 
-// joined is how many nodes ever joined round 0 (a bound on who may still
-// read the store).
+// joined is how many nodes ever joined the run's first round (a bound on
+// who may still read the store).
 func (pn *perNode) joined(ctx context.Context) int {
-	n, err := pn.store.Add(ctx, roundKey(0, "count"), 0)
+	n, err := pn.store.Add(ctx, roundKey(pn.first, "count"), 0)
 	if err != nil {
 		return 0
 	}
