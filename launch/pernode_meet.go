@@ -240,6 +240,11 @@ func (pn *perNode) ended(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return endedBy(v)
+}
+
+// endedBy is the *jobEndedError of a stored end.
+func endedBy(v []byte) error {
 	var e jobEnd
 	if err := json.Unmarshal(v, &e); err != nil {
 		return fmt.Errorf("launch: malformed job end in the store: %w", err)

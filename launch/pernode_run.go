@@ -89,7 +89,7 @@ func (pn *perNode) runState(ctx context.Context, first int, beat time.Duration) 
 	}
 	switch {
 	case end != nil:
-		if err := pn.ended(ctx); !isFailedEnd(err) {
+		if err := endedBy(end); !isFailedEnd(err) {
 			return 0, false, err
 		}
 		return max(last, first), false, nil // the next run begins after its rounds, and its end
