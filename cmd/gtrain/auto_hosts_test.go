@@ -117,6 +117,16 @@ func TestRunAutoHostfilePlansFromAgents(t *testing.T) {
 // what they reported. It used to refuse the job from its own memory
 // before any host was asked.
 func TestRunAutoHostfileIgnoresLauncherMemory(t *testing.T) {
+	autoIgnoresLauncherMemory(t, func(c *netns.Cluster) []string { return []string{"--hostfile", c.Hostfile(1)} })
+}
+
+// autoIgnoresLauncherMemory runs gtrain run --auto in a memory cgroup of
+// 128 MiB, in which no layout of the job fits (its parameters, gradients
+// and Adam moments alone are about 290 MiB, 145 MiB a rank on 2 ranks),
+// on 2 network-namespace hosts named by the flags hosts gives, and wants
+// the layout planned from what those hosts reported.
+func autoIgnoresLauncherMemory(t *testing.T, hosts func(c *netns.Cluster) []string) {
+	t.Helper()
 	cg := newMemCgroup(t, 128<<20)
 	c := netns.New(t, 2)
 	job := filepath.Join(t.TempDir(), "job.yaml")
@@ -131,8 +141,9 @@ log_every: 1
 	if err := os.WriteFile(job, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"run", "--auto", "--hostfile", c.Hostfile(1), "--job", job, "--table", "never"}, sshArgs(c)...)
-	ctx, cancel := context.WithTimeout(t.Context(), 240*time.Second)
+	where := hosts(c)
+	args := append(append(append([]string{"run", "--auto"}, where...), "--job", job, "--table", "never"), sshArgs(c)...)
+	ctx, cancel := context.WithTimeout(t.Context(), 240*time.Second) // a backstop
 	defer cancel()
 	// The launcher, not the hosts, in the small cgroup, from its start.
 	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `echo $$ >"$0" && exec "$@"`, cg.procs(), gtrainBin(t)}, args...)...)
@@ -142,11 +153,16 @@ log_every: 1
 	err := cmd.Run()
 	t.Logf("the launcher's cgroup: at most %s used", formatSize(cg.peak()))
 	if err != nil {
-		t.Fatalf("gtrain run --auto in 128 MiB: %v\n%s", err, stderr.String())
+		t.Fatalf("gtrain run --auto %v in 128 MiB: %v\n%s", where, err, stderr.String())
 	}
 	out := stderr.String()
 	r := reportedLine.FindStringSubmatch(out)
 	if r == nil || strings.Contains(r[1], "(its cgroup's limit)") || autoFactsLine.FindString(out) == "" {
-		t.Errorf("want the layout planned from what the unlimited hosts reported:\n%s", out)
+		t.Fatalf("want the layout planned from what the unlimited hosts reported:\n%s", out)
+	}
+	for _, h := range c.Hosts[:2] {
+		if !strings.Contains(r[1], h.IP) {
+			t.Errorf("the hosts reported %q: want host %s among them", r[1], h.IP)
+		}
 	}
 }
