@@ -80,8 +80,8 @@ func (pn *perNode) openC10d(ctx context.Context, endpoint, bind string, timeout 
 // dialRetry connects to the c10d rendezvous, trying again until timeout:
 // the node that hosts it may start after this one. A wrong secret is
 // final.
-func dialRetry(ctx context.Context, endpoint string, secret []byte, timeout time.Duration) (*rendezvous.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func dialRetry(parent context.Context, endpoint string, secret []byte, timeout time.Duration) (*rendezvous.Client, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, rendezvousDialTimeout)
@@ -94,6 +94,10 @@ func dialRetry(ctx context.Context, endpoint string, secret []byte, timeout time
 			return nil, fmt.Errorf("launch: rendezvous at %s: %w: this node's job secret differs from the host node's (every node needs the same --rdzv-secret-file or %s)", endpoint, err, SecretEnv)
 		}
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			if parent.Err() != nil {
+				// Interrupted (Ctrl-C, the job's end): that, not a timeout.
+				return nil, context.Cause(parent)
+			}
 			return nil, fmt.Errorf("launch: rendezvous at %s: no node hosts it after %v: %w (the endpoint's host must run gtrain run with the same --rdzv-endpoint; raise --join-timeout if it starts later)", endpoint, timeout, err)
 		}
 	}
