@@ -1,8 +1,11 @@
 package hostfiles
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 // The variables Slurm sets inside an allocation (sbatch, salloc, srun) that
@@ -145,6 +148,25 @@ func namedHosts(names []string, slots []int, what string) ([]Host, error) {
 			return nil, fmt.Errorf("hostfiles: %s: %w", what, err)
 		}
 		hosts[i] = Host{Name: name, Slots: slots[i], Line: i + 1}
+	}
+	return hosts, nil
+}
+
+// Slurm is the hostfile name that means the Slurm allocation's nodes
+// (--hostfile slurm; a file of that name is ./slurm).
+const Slurm = "slurm"
+
+// ReadHosts returns the hosts of the hostfile at path, or, for path
+// Slurm, of the Slurm allocation getenv describes (their slots as
+// SlurmHosts counts them without --nproc-per-node), so that every command
+// taking --hostfile takes the allocation as gtrain run does.
+func ReadHosts(ctx context.Context, path string, getenv func(string) string) ([]Host, error) {
+	if path != Slurm {
+		return ReadFile(ctx, path)
+	}
+	hosts, err := SlurmHosts(getenv, 0)
+	if err != nil {
+		return nil, &usage.Error{Err: fmt.Errorf("--hostfile slurm: %w", err)}
 	}
 	return hosts, nil
 }

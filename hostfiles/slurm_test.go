@@ -2,9 +2,13 @@ package hostfiles
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gtrain/gtrain/internal/usage"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -107,5 +111,29 @@ func TestListHosts(t *testing.T) {
 		if _, err := ListHosts(bad.list, bad.slots, "--hosts"); err == nil || !strings.Contains(err.Error(), bad.err) {
 			t.Errorf("ListHosts(%q, %d) err = %v, want %q", bad.list, bad.slots, err, bad.err)
 		}
+	}
+}
+
+// TestReadHosts: --hostfile slurm is the allocation's nodes for every
+// command that takes a hostfile; outside an allocation it is a usage
+// error naming --hostfile slurm; any other name is a hostfile.
+func TestReadHosts(t *testing.T) {
+	alloc := map[string]string{SlurmJobID: "7", SlurmJobNodelist: "gpu[01-02]", SlurmGPUsOnNode: "8"}
+	hosts, err := ReadHosts(t.Context(), Slurm, func(k string) string { return alloc[k] })
+	if err != nil || len(hosts) != 2 || hosts[0].Name != "gpu01" || hosts[1].Name != "gpu02" || hosts[0].Slots != 8 || hosts[1].Slots != 8 {
+		t.Fatalf("ReadHosts(slurm) in an allocation = %+v, %v; want gpu01 and gpu02 with 8 slots", hosts, err)
+	}
+	_, err = ReadHosts(t.Context(), Slurm, func(string) string { return "" })
+	var ue *usage.Error
+	if !errors.As(err, &ue) || !errors.Is(err, ErrNotInSlurm) || !strings.HasPrefix(err.Error(), "--hostfile slurm: ") {
+		t.Fatalf("ReadHosts(slurm) outside an allocation: %v; want a usage error naming --hostfile slurm", err)
+	}
+	path := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(path, []byte("a slots=2\nb slots=2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hosts, err = ReadHosts(t.Context(), path, func(k string) string { return alloc[k] })
+	if err != nil || len(hosts) != 2 || hosts[0].Name != "a" || hosts[0].Slots != 2 {
+		t.Fatalf("ReadHosts(%s) = %+v, %v; want the file's hosts, not the allocation's", path, hosts, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -86,6 +87,9 @@ type HostCheck struct {
 	SSH *SSH
 	// Version is this gtrain's version: hosts that are this machine run it.
 	Version string
+	// Getenv reads the Slurm allocation's variables for --hostfile slurm;
+	// nil is os.Getenv.
+	Getenv func(string) string
 }
 
 // HostsOf returns nodes as a Job numbers them, for commands that need the
@@ -99,10 +103,15 @@ func HostsOf(nodes []hostfiles.Node) []Host {
 }
 
 // CheckHostfile checks the hosts of the hostfile at path that filter
-// selects (Check). A hostfile that cannot be read or parsed, or a filter
-// that selects nothing, is an error before any host is contacted.
+// selects (Check); path HostfileSlurm is the Slurm allocation's nodes. A
+// hostfile that cannot be read or parsed, or a filter that selects
+// nothing, is an error before any host is contacted.
 func (hc *HostCheck) CheckHostfile(ctx context.Context, path string, filter hostfiles.Filter) ([]HostReport, error) {
-	hosts, err := hostfiles.ReadFile(ctx, path)
+	getenv := hc.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	hosts, err := hostfiles.ReadHosts(ctx, path, getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 const (
 	// HostfileSlurm is --hostfile slurm: the hosts of the Slurm allocation
 	// gtrain runs in (a file of that name is ./slurm).
-	HostfileSlurm = "slurm"
+	HostfileSlurm = hostfiles.Slurm
 	// LauncherAuto starts agents with srun inside a Slurm allocation whose
 	// nodes the job runs on, else over SSH.
 	LauncherAuto = "auto"

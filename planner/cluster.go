@@ -2,6 +2,7 @@ package planner
 
 import (
 	"context"
+	"os"
 
 	"github.com/gtrain/gtrain/hostfiles"
 	"github.com/gtrain/gtrain/internal/usage"
@@ -90,10 +91,11 @@ func (r Request) topologyFile(ctx context.Context) (Topology, error) {
 }
 
 // hostfileShape is the nodes and GPUs per node of r.Hostfile, whose slots
-// are GPUs. The planner's nodes are identical, so unequal slot counts are
-// refused rather than guessed at.
+// are GPUs ("slurm": the allocation's nodes and their GPUs or tasks). The
+// planner's nodes are identical, so unequal slot counts are refused rather
+// than guessed at.
 func (r Request) hostfileShape(ctx context.Context) (nodes, gpn int, err error) {
-	hosts, err := hostfiles.ReadFile(ctx, r.Hostfile)
+	hosts, err := hostfiles.ReadHosts(ctx, r.Hostfile, os.Getenv)
 	if err != nil {
 		return 0, 0, err
 	}
