@@ -105,11 +105,12 @@ func (t *Trainer) startingPoint() (*ckpt.Checkpoint, error) {
 	ctx, dir, env := t.ctx(), t.spec.Checkpoint.Dir, t.env
 	switch {
 	case env.Restart:
-		// A restart continues this job: from its newest checkpoint, not from
+		// A restart (or a per-node job its scheduler may have started again:
+		// --resume-if-any) continues this job: from its newest checkpoint, not from
 		// the step the job was resumed from.
 		c, err := ckpt.Latest(ctx, dir, env.Warn)
 		if errors.Is(err, ckpt.ErrNoCheckpoint) && !env.Resume {
-			t.logf("restart: no valid checkpoint in %s yet: starting afresh", dir)
+			t.logf("no valid checkpoint in %s yet: starting afresh", dir)
 			return nil, nil
 		}
 		if err != nil {

@@ -29,7 +29,7 @@ func TestRestartResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Resumed != 0 || !strings.Contains(log.String(), "restart: no valid checkpoint in "+dir+" yet: starting afresh") {
+	if first.Resumed != 0 || !strings.Contains(log.String(), "no valid checkpoint in "+dir+" yet: starting afresh") {
 		t.Errorf("restart into an empty directory: resumed from %d, log:\n%s", first.Resumed, log.String())
 	}
 	if _, err := Run(ctx, smallSpec(dir), Env{World: 1}); err == nil || !strings.Contains(err.Error(), "gtrain resume") {
