@@ -21,7 +21,7 @@ import (
 func readUserFile(ctx context.Context, path string, limit int64) ([]byte, error) {
 	b, err := userfile.Read(ctx, path, limit)
 	if err != nil {
-		return nil, fmt.Errorf("run: --rdzv-secret-file: %w", err)
+		return nil, userfile.Prefix(ctx, "run: --rdzv-secret-file", err)
 	}
 	return b, nil
 }

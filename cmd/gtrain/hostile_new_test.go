@@ -148,9 +148,9 @@ func perNodeCases() []hostile {
 		return node("0", file, "--rdzv-endpoint", "127.0.0.1:1", "--", "true")
 	}
 	cases = append(cases,
-		hostile{name: "per-node secret FIFO", args: secret("fifo"), interrupt: inFIFOOpen, code: 130, stderr: `^gtrain: run: --rdzv-secret-file: interrupted by SIGINT$`},
+		hostile{name: "per-node secret FIFO", args: secret("fifo"), interrupt: inFIFOOpen, code: 130, stderr: `^gtrain: interrupted by SIGINT$`},
 		hostile{name: "per-node secret silent stdin", args: secret("/dev/stdin"), stdin: "silent", interrupt: inPipeRead, code: 130,
-			stderr: `^gtrain: run: --rdzv-secret-file: interrupted by SIGINT$`},
+			stderr: `^gtrain: interrupted by SIGINT$`},
 		hostile{name: "per-node secret huge", args: secret("big"), code: 2, stderr: `--rdzv-secret-file: big: larger than 4 KiB, the limit`},
 		hostile{name: "per-node secret /dev/zero", args: secret("/dev/zero"), code: 2, stderr: `/dev/zero: larger than 4 KiB, the limit`},
 		hostile{name: "per-node secret directory", args: secret("adir"), code: 2, stderr: `--rdzv-secret-file: adir: is a directory$`},
