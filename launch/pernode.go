@@ -252,6 +252,7 @@ func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me
 		art.meet = pn.meet
 		planned := &plannedState{}
 		art.Plan = planned.wrap(rt.Plan, members)
+		announceAttempt(rt.View, n, p)
 		err, _ = runAttempt(ctx, p, art, n)
 		me.Plan, me.PlanAttempt = planned.after(me.Plan, me.PlanAttempt, n)
 		na.cancel()
