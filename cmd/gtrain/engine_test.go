@@ -27,6 +27,35 @@ type engineRun struct {
 // not nil) sees each status record's step and the pid of its rank.
 func startEngine(t *testing.T, ctx context.Context, dir string, onStatus func(step, pid int), args ...string) func() engineRun {
 	t.Helper()
+	r := engineRun{losses: map[int]float32{}}
+	pid := 0
+	wait := startEvents(t, ctx, dir, 1<<20, func(ev proto.Event) {
+		switch ev.Type {
+		case proto.EventRankStarted:
+			pid = ev.PID
+		case proto.EventStatus:
+			var rec train.Record
+			if json.Unmarshal(ev.Status, &rec) == nil {
+				r.losses[rec.Step] = rec.Loss
+				r.last = max(r.last, rec.Step)
+				if onStatus != nil {
+					onStatus(rec.Step, pid)
+				}
+			}
+		}
+	}, args...)
+	return func() engineRun {
+		r.err = wait()
+		return r
+	}
+}
+
+// startEvents runs the real gtrain binary with args (--output json among
+// them) in dir and hands each event of its stdout (lines up to maxLine
+// bytes; others are skipped) to onEvent, in a goroutine of its own; the
+// function it returns waits for gtrain to exit, after its last event.
+func startEvents(t *testing.T, ctx context.Context, dir string, maxLine int, onEvent func(proto.Event), args ...string) func() error {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, gtrainBin(t), args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
@@ -38,35 +67,19 @@ func startEngine(t *testing.T, ctx context.Context, dir string, onStatus func(st
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan engineRun, 1)
+	res := make(chan error, 1)
 	go func() {
-		r := engineRun{losses: map[int]float32{}}
-		pid := 0
 		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
+		sc.Buffer(nil, maxLine)
 		for sc.Scan() {
 			var ev proto.Event
-			if json.Unmarshal(sc.Bytes(), &ev) != nil {
-				continue
-			}
-			switch ev.Type {
-			case proto.EventRankStarted:
-				pid = ev.PID
-			case proto.EventStatus:
-				var rec train.Record
-				if json.Unmarshal(ev.Status, &rec) == nil {
-					r.losses[rec.Step] = rec.Loss
-					r.last = max(r.last, rec.Step)
-					if onStatus != nil {
-						onStatus(rec.Step, pid)
-					}
-				}
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				onEvent(ev)
 			}
 		}
-		r.err = cmd.Wait()
-		res <- r
+		res <- cmd.Wait()
 	}()
-	return func() engineRun { return <-res }
+	return func() error { return <-res }
 }
 
 // TestDefaultJobLossFalls runs `gtrain run` with no command and no job: the

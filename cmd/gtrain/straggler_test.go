@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,30 +80,13 @@ func runStragglerJob(t *testing.T, ctx context.Context, slow bool) stragglerRun 
 	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(stragglerJob), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, gtrainBin(t), stragglerArgs...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	r := stragglerRun{work: map[int][]float64{}, pid: map[int]int{}, records: map[int]map[int]bool{}}
 	// The reader never blocks on the throttle: a stalled stdout would stall
 	// gtrain's event loop and with it every rank.
 	kick := make(chan int, 1)
 	stopped := make(chan int)
 	go func() { stopped <- throttle(kick) }()
-	sc := bufio.NewScanner(out)
-	sc.Buffer(nil, proto.MaxLine)
-	for sc.Scan() {
-		var ev proto.Event
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			continue
-		}
+	wait := startEvents(t, ctx, dir, proto.MaxLine, func(ev proto.Event) {
 		r.add(ev)
 		if slow && ev.Type == proto.EventStatus && ev.Rank == slowRank && !r.records[slowRank][stragglerSteps] {
 			select {
@@ -113,10 +94,10 @@ func runStragglerJob(t *testing.T, ctx context.Context, slow bool) stragglerRun 
 			default: // one step's stops are already due
 			}
 		}
-	}
+	}, stragglerArgs...)
+	r.err = wait()
 	close(kick)
 	r.slowed = <-stopped
-	r.err = cmd.Wait()
 	return r
 }
 
