@@ -39,7 +39,9 @@ func NewCmdBenchCollectives(ios *IOStreams, sig *signals) *cobra.Command {
 for each collective and message size, the median, minimum and maximum time
 over the iterations after a warm-up (each iteration as long as its slowest
 rank), the algorithm bandwidth (size/time) and bus bandwidth (nccl-tests'
-definitions), and the number of wrong elements in a checked run.
+definitions), and the number of wrong elements in a checked run. As in
+nccl-tests, the iterations run back to back on the same buffers (an
+in-place sum keeps growing); the checked run starts from fresh input.
 
 Without a hostfile it starts --nproc-per-node ranks on this machine (default
 2); with --hostfile, one rank per slot on every host, as gtrain run does.

@@ -20,6 +20,7 @@ type bcase struct {
 	inPlaceOnly     bool // has only the in-place form
 	a, b, pristine  comm.Buffer
 	off             int // offset of this rank's block
+	resets          int // times reset has run (tests)
 }
 
 func newCase(name string, rank, p int, cfg Config, count int) *bcase {
@@ -74,15 +75,11 @@ func (k *bcase) busFactor(p int) float64 {
 	return 1
 }
 
-// needsReset reports whether an iteration overwrites its own input.
-func (k *bcase) needsReset(inPlace bool) bool {
-	return inPlace && (k.name == "all_reduce" || k.name == "reduce_scatter" || k.name == "reduce")
-}
-
 // reset puts the pristine input where the variant reads it. Every rank
 // does the same work, so that no rank starts an iteration later than the
 // others for it.
 func (k *bcase) reset(inPlace bool) {
+	k.resets++
 	switch {
 	case k.name == "all_gather" && inPlace:
 		copy(k.b.Slice(k.off, k.off+k.block).Bytes(), k.pristine.Bytes())

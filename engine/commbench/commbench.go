@@ -196,13 +196,21 @@ func measure(ctx context.Context, c *comm.Communicator, cfg Config, name string,
 
 // timeCase runs the warm-up and timed iterations of one variant, then the
 // checked run, and combines the ranks' figures.
+//
+// The input is put in place once, before the warm-up, and the iterations
+// then run back to back on the same buffers, as nccl-tests, the OSU
+// benchmarks and the peers in docs/bench/peers do: an in-place sum grows
+// (to infinity, which costs the kernels nothing) but nothing reads it
+// until the checked run, which starts from the pristine input again.
+// Copying the input back before every timed iteration, as this did until
+// 2026-11-26, ran 2 buffers' worth of memory traffic between iterations
+// that the peers did not: from 1 MiB up it evicted the shared-memory
+// rings from the 1 MiB L2, and gtrain's 1-4 MiB all-reduce took 1.6x
+// as long as back to back (docs/benchmarks.md).
 func timeCase(ctx context.Context, c *comm.Communicator, k *bcase, inPlace bool, iters, warmup int, check bool) (Timing, error) {
 	run := func() error { return k.run(ctx, c, inPlace) }
 	k.reset(inPlace)
 	for range warmup {
-		if k.needsReset(inPlace) {
-			k.reset(inPlace)
-		}
 		if err := run(); err != nil {
 			return Timing{}, err
 		}
@@ -212,9 +220,6 @@ func timeCase(ctx context.Context, c *comm.Communicator, k *bcase, inPlace bool,
 	}
 	times := make([]float32, iters)
 	for i := range times {
-		if k.needsReset(inPlace) {
-			k.reset(inPlace)
-		}
 		t0 := time.Now()
 		if err := run(); err != nil {
 			return Timing{}, err

@@ -207,3 +207,38 @@ func TestTable(t *testing.T) {
 		t.Errorf("data line %d wide, header %d:\n%s\n%s", len(data), len(head), head, data)
 	}
 }
+
+// TestTimedIterationsRunBackToBack pins what makes the figures comparable
+// with nccl-tests and the peers in docs/bench/peers: the input is put in
+// place before the warm-up and again before the checked run, never
+// between timed iterations. 200 in-place float32 sums grow every element
+// past the largest float32 (2^200 times its start), and the checked run
+// must still find the result right.
+func TestTimedIterationsRunBackToBack(t *testing.T) {
+	cs := world(t, 2)
+	cfg := Config{DType: comm.Float32, Op: comm.Sum, Check: true}
+	for _, name := range []string{"all_reduce", "reduce_scatter", "reduce", "all_gather", "broadcast"} {
+		t.Run(name, func(t *testing.T) {
+			ks := make([]*bcase, 2)
+			tms := make([]Timing, 2)
+			errs := onAll(2, func(r int) (err error) {
+				ks[r] = newCase(name, r, 2, cfg, 1000)
+				tms[r], err = timeCase(context.Background(), cs[r], ks[r], true, 200, 3, true)
+				return err
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for r, k := range ks {
+				if k.resets != 2 {
+					t.Errorf("rank %d: input reset %d times in 3 warm-up, 200 timed and 1 checked iterations, want 2 (before the warm-up and the check)", r, k.resets)
+				}
+			}
+			if tms[0].Wrong != 0 {
+				t.Errorf("%d wrong elements after 200 back-to-back iterations", tms[0].Wrong)
+			}
+		})
+	}
+}
