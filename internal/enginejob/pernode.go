@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/atomicfile"
@@ -165,12 +165,96 @@ func (j *Job) recordRunDir(ctx context.Context) error {
 		err = os.MkdirAll(dir, 0o755)
 	}
 	if err == nil {
-		err = atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(append(rec, '\n')); return err })
+		err = createRecord(path, append(rec, '\n'))
+	}
+	if errors.Is(err, fs.ErrExist) {
+		// Another job's node 0 with this --rdzv-id recorded its job since
+		// the read above: the first record stands, and decides.
+		return j.recordedSince(ctx, path)
 	}
 	if err != nil {
 		return fmt.Errorf("run: record the job in %s: %w; set checkpoint.dir to a directory every node shares and can write to", dir, err)
 	}
 	return nil
+}
+
+// recordedSince checks the record another launcher created at path
+// while this one prepared its own.
+func (j *Job) recordedSince(ctx context.Context, path string) error {
+	b, err := userfile.Read(ctx, path, maxJobRecord)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("run: %w; remove it if the directory holds no run, or choose another --rdzv-id", err)
+	}
+	return j.checkRecord(path, b)
+}
+
+// beforeCreate, when set (by tests), runs before createRecord creates
+// the record: two writers held there have both found none.
+var beforeCreate func()
+
+// createRecord creates path holding b, or fails with fs.ErrExist when it
+// exists: of two jobs started at the same moment with one --rdzv-id, the
+// first to create the record wins, and the other reads it. b is written
+// whole to a temporary file first and linked into place: link(2), unlike
+// the rename of an atomic write, never replaces a file, and no reader
+// sees a part of one, as it could of a file created with O_EXCL and then
+// written. A file system without hard links (some FUSE mounts of object
+// stores) gets O_EXCL.
+func createRecord(path string, b []byte) error {
+	if beforeCreate != nil {
+		beforeCreate()
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+atomicfile.TempMarker+"*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	err = writeSynced(f, b)
+	if err == nil {
+		err = os.Chmod(tmp, 0o644) // CreateTemp's 0600 would hide the record from other users' tools
+	}
+	if err != nil {
+		return err
+	}
+	switch err = os.Link(tmp, path); {
+	case err == nil:
+		return atomicfile.SyncDir(dir)
+	case errors.Is(err, fs.ErrExist):
+		return err
+	case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EMLINK):
+		return createExclusive(path, b)
+	}
+	return err
+}
+
+// createExclusive creates path holding b with O_EXCL, where the file
+// system has no hard links.
+func createExclusive(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := writeSynced(f, b); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(path))
+}
+
+// writeSynced writes b to f, syncs and closes it.
+func writeSynced(f *os.File, b []byte) error {
+	_, err := f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // checkRecord refuses a checkpoint directory whose record b (read from
