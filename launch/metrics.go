@@ -54,10 +54,13 @@ var (
 // per-host counters of restarts and losses, and the job's info. It reads
 // the state when scraped, so a scrape sees the last record of each rank.
 type MetricsExporter struct {
-	model         *status.Model
-	runID, layout string
+	model *status.Model
+	runID string
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// layout names the layout the ranks run in gtrain_job_info; "" until
+	// it is known (SetLayout), and no job info is served until then.
+	layout   string
 	started  map[string]bool // hosts whose ranks have started in some attempt
 	restarts map[string]int
 	lost     map[string]int
@@ -87,7 +90,9 @@ func ParseMetricsAddr(addr string) error {
 }
 
 // ServeMetrics listens on addr and serves the metrics of the job whose
-// ranks are ranks, run runID with the given layout, until Close.
+// ranks are ranks, run runID with the given layout, until Close. A job
+// whose layout is known only once its attempt is planned (per-node mode,
+// --auto on several hosts, an elastic job) passes "" and calls SetLayout.
 func ServeMetrics(addr, runID, layout string, ranks []status.RankInfo) (*MetricsExporter, error) {
 	if err := ParseMetricsAddr(addr); err != nil {
 		return nil, err
@@ -112,6 +117,15 @@ func ServeMetrics(addr, runID, layout string, ranks []status.RankInfo) (*Metrics
 
 // Addr is the address the exporter listens on.
 func (e *MetricsExporter) Addr() net.Addr { return e.ln.Addr() }
+
+// SetLayout names the layout the job's ranks run from now on in
+// gtrain_job_info: the one series of the job's info changes its label,
+// so an attempt planned anew replaces the series rather than add one.
+func (e *MetricsExporter) SetLayout(layout string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.layout = layout
+}
 
 // Event updates the state with one event of the job.
 func (e *MetricsExporter) Event(ev proto.Event) {
@@ -156,12 +170,14 @@ func (e *MetricsExporter) Describe(chan<- *prometheus.Desc) {}
 
 // Collect sends the job's metrics as they are now.
 func (e *MetricsExporter) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descJobInfo, prometheus.GaugeValue, 1, e.runID, e.layout)
 	for _, r := range e.model.Ranks() {
 		collectRank(ch, r)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.layout != "" {
+		ch <- prometheus.MustNewConstMetric(descJobInfo, prometheus.GaugeValue, 1, e.runID, e.layout)
+	}
 	for host := range e.started {
 		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(e.restarts[host]), host)
 	}

@@ -46,9 +46,10 @@ func (o *RunOptions) runPerNodeEngine(ctx context.Context) error {
 	defer j.Release()
 	o.sayEngine(j)
 	lo := o.LaunchOptions // a copy: the planning hook is this job's, not a flag's
-	lo.Plan = j.PerNodePlanner(enginejob.PlanOptions{})
+	layout := &attemptLayout{}
+	lo.Plan = j.PerNodePlanner(enginejob.PlanOptions{Layout: layout.planned})
 	w := launch.Workload{Command: j.Command, Env: j.Env, Digest: j.Digest()}
-	return o.perNodeRun(ctx, &lo, w, engineLayout(j.Spec))
+	return o.perNodeRun(ctx, &lo, w, layout)
 }
 
 // checkPerNodeEngine refuses what per-node mode does not do for the
@@ -66,9 +67,10 @@ func (o *RunOptions) checkPerNodeEngine() error {
 
 // perNodeRun runs this node's part of the per-node job whose ranks run w,
 // with lo (the run's launch options and its planning hook), and with
-// --metrics-addr serves this node's ranks (layout naming the job in
-// gtrain_job_info) for as long as it runs.
-func (o *RunOptions) perNodeRun(ctx context.Context, lo *LaunchOptions, w launch.Workload, layout string) error {
+// --metrics-addr serves this node's ranks for as long as it runs, its job
+// info naming the layout each attempt is planned with (layout: the
+// built-in engine's; nil for a command).
+func (o *RunOptions) perNodeRun(ctx context.Context, lo *LaunchOptions, w launch.Workload, layout *attemptLayout) error {
 	var view status.View = status.NewLines(o.IO.Out, o.IO.Err, true)
 	if o.Output == "json" {
 		view = status.NewJSON(o.IO.Out)
@@ -76,10 +78,17 @@ func (o *RunOptions) perNodeRun(ctx context.Context, lo *LaunchOptions, w launch
 	if o.MetricsAddr != "" {
 		// Each node serves the ranks it runs, as each pod is its own
 		// scrape target; the job's info is the same on every node.
-		exp, err := launch.ServeMetrics(o.MetricsAddr, o.RunID, layout, nil)
+		// The engine's layout is known once the nodes met and the
+		// attempt is planned: until then the job's info is not served.
+		info := ""
+		if layout == nil {
+			info = "command, per node"
+		}
+		exp, err := launch.ServeMetrics(o.MetricsAddr, o.RunID, info, nil)
 		if err != nil {
 			return err
 		}
+		layout.serve(exp)
 		fmt.Fprintf(o.IO.Err, "gtrain: Prometheus metrics on http://%s/metrics (this node's ranks)\n", exp.Addr())
 		view = status.Multi(view, exp)
 	}

@@ -273,7 +273,8 @@ var jobInfo = regexp.MustCompile(`(?m)^gtrain_job_info\{[^}]*run_id="metrics-job
 
 // TestPerNodeEngineMetrics: with --metrics-addr each node serves its own
 // rank's metrics (node 0 rank 0, node 1 rank 1, never the other's) and
-// the job's info; Ctrl-C then stops both nodes.
+// the job's info, naming the layout the ranks run; Ctrl-C then stops
+// both nodes.
 func TestPerNodeEngineMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
 	defer cancel()
@@ -292,6 +293,12 @@ func TestPerNodeEngineMetrics(t *testing.T) {
 		}
 		if !jobInfo.MatchString(p) {
 			t.Errorf("node %d serves no gtrain_job_info of run metrics-job:\n%s", i, p)
+		}
+		// The layout the nodes planned, dp resolved from their world: it
+		// read the job file's "dp 0".
+		want := "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 2 × grad_accum 1, fp32"
+		if got := infoLayouts(p); len(got) != 1 || got[0] != want {
+			t.Errorf("node %d: gtrain_job_info layouts %q, want %q", i, got, want)
 		}
 	}
 	interrupt(t, ctx, cmds)

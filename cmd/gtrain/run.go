@@ -56,11 +56,13 @@ type RunOptions struct {
 
 // engineLaunch is what launchEngine decides besides the workload, kept out
 // of the options (which stay as parsed): the rank grid --dry-run prints
-// (nil without tensor or pipeline parallelism), the layout the metrics'
-// job info names, and the planning hook of each attempt (launch.Runtime.Plan).
+// (nil without tensor or pipeline parallelism), the spec the metrics' job
+// info names when nothing plans the attempts, and the planning hook of
+// each attempt (launch.Runtime.Plan), which names it in layout.
 type engineLaunch struct {
 	grid   *planner.Grid
-	layout string
+	spec   *train.Spec
+	layout *attemptLayout
 	plan   func(context.Context, launch.World) (launch.Planned, error)
 }
 
@@ -199,13 +201,13 @@ func (o *RunOptions) engineOptions() enginejob.Options {
 // its prepared job j.
 func (o *RunOptions) launchEngine(ctx context.Context, j *enginejob.Job) error {
 	o.sayEngine(j)
-	e := engineLaunch{layout: engineLayout(j.Spec)}
+	e := engineLaunch{spec: &j.Spec, layout: &attemptLayout{}}
 	if p := j.Spec.Parallel; p.ModelParallel() > 1 {
 		e.grid = &planner.Grid{TP: p.TP, PP: p.PP, DP: p.DP}
 	}
 	if o.NNodes != "" || o.autoFromFacts() {
 		line := func(c train.AutoChoice) string { return strings.TrimPrefix(autoLine(c), "gtrain: ") }
-		e.plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line})
+		e.plan = j.Planner(enginejob.PlanOptions{Auto: o.Auto, Line: line, Layout: e.layout.planned})
 	}
 	return o.launch(ctx, launch.Workload{Command: j.Command, Env: j.Env, RunID: j.RunID, NprocPerNode: j.Ranks}, e)
 }
@@ -237,7 +239,7 @@ func (o *RunOptions) launch(ctx context.Context, w launch.Workload, e engineLaun
 		}
 		return printJobGrid(ctx, o.IO.Out, job, *e.grid)
 	}
-	return o.executeWithMetrics(ctx, &lo, job, e.layout)
+	return o.executeWithMetrics(ctx, &lo, job, e)
 }
 
 // runPerNode runs this node of a per-node job (launch.Request.RunPerNode):
@@ -253,7 +255,7 @@ func (o *RunOptions) runPerNode(ctx context.Context) error {
 	case len(o.Command) == 0:
 		return o.runPerNodeEngine(ctx)
 	}
-	return o.perNodeRun(ctx, &o.LaunchOptions, launch.Workload{Command: o.Command}, "command, per node")
+	return o.perNodeRun(ctx, &o.LaunchOptions, launch.Workload{Command: o.Command}, nil)
 }
 
 // check validates flag values that need no I/O.

@@ -22,6 +22,10 @@ type PlanOptions struct {
 	// Line is --auto's line for a layout chosen from the hosts' facts,
 	// shown as a note; nil shows none.
 	Line func(train.AutoChoice) string
+	// Layout, when set, is told the spec every rank of each attempt runs
+	// once the attempt is planned, dp resolved for its world (a job's
+	// dp 0 is every replica): what gtrain_job_info names.
+	Layout func(train.Spec)
 	// Speed is the engine's speed per core the plans from facts assume;
 	// nil: this machine's, measured once at the first such plan
 	// (train.MeasureCPU, as --auto's first layout measures it).
@@ -64,8 +68,12 @@ func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned
 		p.global, p.first = g, w.Size
 	}
 	spec, err := p.specFor(w, &out.Notes)
-	if err != nil || spec == nil {
+	if err != nil {
 		return out, err
+	}
+	if spec == nil {
+		p.told(p.cur, w.Size)
+		return out, nil
 	}
 	js, err := json.Marshal(spec)
 	if err != nil {
@@ -77,7 +85,25 @@ func (p *attemptPlanner) plan(_ context.Context, w launch.World) (launch.Planned
 	}
 	p.cur = *spec
 	out.Env = []string{rankenv.JobSpec + "=" + string(js)}
+	p.told(*spec, w.Size)
 	return out, nil
+}
+
+// told tells PlanOptions.Layout the spec an attempt of world ranks runs.
+func (p *attemptPlanner) told(spec train.Spec, world int) {
+	if p.o.Layout != nil {
+		p.o.Layout(ResolveDP(spec, world))
+	}
+}
+
+// ResolveDP is spec with dp resolved as the engine resolves it on world
+// ranks: dp 0 is every replica of tp × pp. A world tp × pp does not
+// divide leaves it as it is (the engine refuses it).
+func ResolveDP(spec train.Spec, world int) train.Spec {
+	if mp := spec.Parallel.ModelParallel(); spec.Parallel.DP == 0 && world > 0 && world%mp == 0 {
+		spec.Parallel.DP = world / mp
+	}
+	return spec
 }
 
 // specFor is the spec laid out for the world w, or nil where the ranks'
