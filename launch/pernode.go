@@ -233,6 +233,10 @@ func (pn *perNode) attempts(ctx context.Context, _ *Request, base JobOptions, me
 				continue
 			}
 		}
+		if errors.Is(err, errReplaced) {
+			// The job goes on with the node that replaced this one: no end.
+			return announced(rt.View, err)
+		}
 		var je *jobEndedError
 		if err != nil && !errors.As(err, &je) {
 			return pn.leave(ctx, rt.View, me.Name, announced(rt.View, err))

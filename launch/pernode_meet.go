@@ -25,6 +25,16 @@ import (
 //
 // Nodes that joined after the count are spares: they wait for the next
 // round. The job's end (pernode/end) ends every wait.
+//
+// A node is its name: a member entry whose name a later entry of the
+// round has again is void, the later one taking its place (the join
+// round's rule). A node killed while its round was forming leaves its
+// entry, and started again at once (a Kubernetes pod keeps its name) it
+// joins that round again: its old entry, whose process is gone, must
+// neither count towards the round's size nor clash with it. If the old
+// entry's process still runs (two live nodes with one name), it finds
+// itself replaced and stops, saying so, without ending the job: two
+// nodes of one name never both run.
 
 // nodeInfo is what a node says of itself in a round.
 type nodeInfo struct {
@@ -52,6 +62,11 @@ func roundKey(n int, k string) string { return "pernode/" + strconv.Itoa(n) + "/
 // errSpare means the round closed without this node: it waits for the next.
 var errSpare = errors.New("the round closed without this node")
 
+// errReplaced means a later entry of this node's name took its place in
+// the round: the node leaves without ending the job, which goes on with
+// the other.
+var errReplaced = errors.New("a later node of the same name took this node's place")
+
 // meetRound joins round n and returns its members in node-rank order and
 // this node's rank. It waits at most timeout for MIN nodes.
 func (pn *perNode) meetRound(ctx context.Context, n int, me nodeInfo, timeout time.Duration) ([]nodeInfo, int, error) {
@@ -66,46 +81,130 @@ func (pn *perNode) meetRound(ctx context.Context, n int, me nodeInfo, timeout ti
 	if err := s.Set(ctx, roundKey(n, "member/"+strconv.FormatInt(i, 10)), raw); err != nil {
 		return nil, 0, pn.storeErr(ctx, "join round "+strconv.Itoa(n), err, timeout)
 	}
-	closed, err := pn.waitClosed(ctx, n, i)
+	r := newRoundEntries(pn, n)
+	closed, err := pn.waitClosed(ctx, r, i)
+	if err == nil && i <= closed {
+		err = r.readTo(ctx, closed)
+	}
 	if err != nil {
 		return nil, 0, pn.storeErr(ctx, "round "+strconv.Itoa(n), err, timeout)
 	}
 	if i > closed {
 		return nil, 0, errSpare
 	}
-	members := make([]nodeInfo, closed)
-	for j := range members {
-		v, err := s.Get(ctx, roundKey(n, "member/"+strconv.Itoa(j+1)))
-		if err == nil {
-			err = json.Unmarshal(v, &members[j])
-		}
-		if err != nil {
-			return nil, 0, pn.storeErr(ctx, "read round "+strconv.Itoa(n), err, timeout)
-		}
+	members, mine := r.nodes(closed, i)
+	if mine < 0 {
+		return nil, 0, fmt.Errorf("launch: round %d at %s: %w (node %s joined again): if that is another node, not this one started again, give each node its own --local-addr",
+			n, pn.endpoint, errReplaced, me.Name)
 	}
-	return assignRanks(members, int(i-1))
+	return assignRanks(members, mine)
 }
 
-// waitClosed waits until round n closes and returns its size. Node i
-// (1-based) learns of every later join through member/(i+1), ...
-func (pn *perNode) waitClosed(ctx context.Context, n int, i int64) (int64, error) {
+// roundEntries are the member entries of a round that a node has read:
+// read in order and each once, since an entry does not change once
+// written.
+type roundEntries struct {
+	pn      *perNode
+	n       int
+	entries []nodeInfo      // member/1, member/2, ...
+	names   map[string]bool // the names of entries
+	nodesAt []int64         // nodesAt[j]: the nodes (names) of the first j+1 entries
+}
+
+func newRoundEntries(pn *perNode, n int) *roundEntries {
+	return &roundEntries{pn: pn, n: n, names: map[string]bool{}}
+}
+
+// readTo reads the entries up to member/k; each exists once its node has
+// written it.
+func (r *roundEntries) readTo(ctx context.Context, k int64) error {
+	for j := int64(len(r.entries)) + 1; j <= k; j++ {
+		v, err := r.pn.store.Get(ctx, roundKey(r.n, "member/"+strconv.FormatInt(j, 10)))
+		var m nodeInfo
+		if err == nil {
+			err = json.Unmarshal(v, &m)
+		}
+		if err != nil {
+			return err
+		}
+		r.entries = append(r.entries, m)
+		r.names[m.Name] = true
+		r.nodesAt = append(r.nodesAt, int64(len(r.names)))
+	}
+	return nil
+}
+
+// fullAt is the fewest of the first k entries that are nodes nodes (by
+// name), or 0 when all k are fewer. It reads no further than it must: a
+// spare, joined after the round filled, reads the round's entries only.
+func (r *roundEntries) fullAt(ctx context.Context, k int64, nodes int) (int64, error) {
+	if k < int64(nodes) {
+		return 0, nil
+	}
+	for j := int64(nodes); j <= k; j++ {
+		if err := r.readTo(ctx, j); err != nil {
+			return 0, err
+		}
+		if r.nodesAt[j-1] >= int64(nodes) {
+			return j, nil
+		}
+	}
+	return 0, nil
+}
+
+// nodes are the members of the round closed at its first k entries, in
+// the order they joined, each name by its newest entry, and the index
+// among them of entry i (-1: a later entry of its name replaced it).
+func (r *roundEntries) nodes(k, i int64) ([]nodeInfo, int) {
+	newest := map[string]int64{}
+	for j, m := range r.entries[:k] {
+		newest[m.Name] = int64(j) + 1
+	}
+	var out []nodeInfo
+	mine := -1
+	for j, m := range r.entries[:k] {
+		if newest[m.Name] != int64(j)+1 {
+			continue
+		}
+		if int64(j)+1 == i {
+			mine = len(out)
+		}
+		out = append(out, m)
+	}
+	return out, mine
+}
+
+// waitClosed waits until round n closes and returns its size in entries.
+// Node i (1-based) learns of every later join through member/(i+1), ...
+// The round counts its nodes by name (roundEntries).
+func (pn *perNode) waitClosed(ctx context.Context, r *roundEntries, i int64) (int64, error) {
 	known := i
 	var last <-chan time.Time
 	for {
-		if known >= int64(pn.max) {
-			return pn.closeRound(ctx, n, int64(pn.max))
+		full, err := r.fullAt(ctx, known, pn.max)
+		if err != nil {
+			return 0, err
 		}
-		if known >= int64(pn.min) && last == nil {
-			last = time.After(lastCall)
+		if full > 0 {
+			return pn.closeRound(ctx, r.n, full)
 		}
-		next, err := pn.waitNext(ctx, n, known+1, last)
+		if last == nil {
+			enough, err := r.fullAt(ctx, known, pn.min)
+			if err != nil {
+				return 0, err
+			}
+			if enough > 0 {
+				last = time.After(lastCall)
+			}
+		}
+		next, err := pn.waitNext(ctx, r.n, known+1, last)
 		switch {
 		case err != nil:
 			return 0, err
 		case next == 0: // the last call is over
-			return pn.closeRound(ctx, n, known)
+			return pn.closeRound(ctx, r.n, known)
 		case next < 0: // closed by another node
-			return pn.closedSize(ctx, n)
+			return pn.closedSize(ctx, r.n)
 		}
 		known = next
 	}
