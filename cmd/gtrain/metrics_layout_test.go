@@ -3,19 +3,23 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gtrain/gtrain/internal/enginejob"
+	"github.com/gtrain/gtrain/internal/proctest"
 	"github.com/gtrain/gtrain/launch"
 )
 
@@ -201,4 +205,78 @@ func TestJobInfoLayoutReplanned(t *testing.T) {
 			t.Errorf("attempt %d on %d ranks: layouts %q, want one series, %q", a.attempt, a.world, got, a.want)
 		}
 	}
+}
+
+// TestJobInfoLayoutPrometheus: a real Prometheus scraping the exporter
+// every second sees one gtrain_job_info series at a time through an
+// elastic re-plan: the layout of attempt 0 (dp 2), then only that of
+// attempt 1 (dp 3): the old series ends (Prometheus marks it stale at
+// the first scrape without it) rather than stay beside the new one.
+func TestJobInfoLayoutPrometheus(t *testing.T) {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		proctest.Missing(t, "GTRAIN_REQUIRE_PROMETHEUS", fmt.Errorf("no prometheus (apt-get install prometheus): %w", err))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a backstop
+	defer cancel()
+	j, err := enginejob.Fresh(ctx, enginejob.Options{Dir: t.TempDir(), PerNode: true, RunID: "replanned", Ranks: 1,
+		Sets: []string{"model.preset=test", "steps=3", "batch.micro_batch=3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Release()
+	layout := &attemptLayout{}
+	plan := j.Planner(enginejob.PlanOptions{Layout: layout.planned})
+	exp, err := launch.ServeMetrics("127.0.0.1:0", "replanned", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	layout.serve(exp)
+	prom := startPrometheus(t, ctx, bin, exp.Addr().String())
+	for _, a := range []struct {
+		attempt, world int
+		want           string
+	}{
+		{0, 2, "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 3 × grad_accum 1, fp32"},
+		{1, 3, "dp 3, tp 1, pp 1, ZeRO stage 0, micro_batch 2 × grad_accum 1, fp32"},
+	} {
+		if _, err := plan(ctx, launch.World{Attempt: a.attempt, Size: a.world}); err != nil {
+			t.Fatalf("attempt %d: %v", a.attempt, err)
+		}
+		var got []string
+		waitFor(t, ctx, func() bool {
+			got = prom.layouts(t, "gtrain_job_info")
+			return slices.Contains(got, a.want)
+		})
+		if len(got) != 1 {
+			t.Errorf("attempt %d: Prometheus has gtrain_job_info series of layouts %q, want only %q", a.attempt, got, a.want)
+		}
+	}
+}
+
+// layouts are the layout labels of the series an instant query returns.
+func (p *prometheus) layouts(t *testing.T, query string) []string {
+	t.Helper()
+	resp, err := http.Get(p.api + "/api/v1/query?query=" + url.QueryEscape(query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&r); err != nil || r.Status != "success" {
+		t.Fatalf("query %s: status %q, %v", query, r.Status, err)
+	}
+	var out []string
+	for _, res := range r.Data.Result {
+		out = append(out, res.Metric["layout"])
+	}
+	return out
 }
