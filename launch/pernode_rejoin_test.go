@@ -43,13 +43,19 @@ type meeting struct {
 // nodes nodes in the store at endpoint, with its own connection.
 func meet(t *testing.T, endpoint, name, addr string, nodes int) *meeting {
 	t.Helper()
+	return meetElastic(t, endpoint, name, addr, nodes, nodes)
+}
+
+// meetElastic is meet for a job of lo to hi nodes (--nnodes lo:hi).
+func meetElastic(t *testing.T, endpoint, name, addr string, lo, hi int) *meeting {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	c, err := rendezvous.Dial(ctx, endpoint, meetSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	pn := &perNode{store: c, endpoint: endpoint, min: nodes, max: nodes}
+	pn := &perNode{store: c, endpoint: endpoint, min: lo, max: hi}
 	m := &meeting{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -137,4 +143,26 @@ func TestPerNodeRejoinRoundLive(t *testing.T) {
 	if !errors.Is(first.err, errReplaced) || !strings.Contains(first.err.Error(), "give each node its own --local-addr") || first.ms != nil {
 		t.Errorf("the first node a: members %+v, %v; want it replaced, saying so", first.ms, first.err)
 	}
+}
+
+// TestPerNodeRejoinRoundElastic: --nnodes 2:3, node a gone and started
+// again, then node b: the round counts 2 nodes (not 3 entries), so it
+// neither closes as full nor starts its last call before b joined, and
+// closes at the last call with a's new entry and b. It closed with a's
+// two entries, or a's two and b's, both "two nodes named a".
+func TestPerNodeRejoinRoundElastic(t *testing.T) {
+	defer func(d time.Duration) { lastCall = d }(lastCall)
+	lastCall = 300 * time.Millisecond // only ever starts once b has joined
+	endpoint := meetStore(t)
+	old := meetElastic(t, endpoint, "a", "old", 2, 3)
+	joined(t, endpoint, 1)
+	old.cancel()
+	old.wait(t)
+	again := meetElastic(t, endpoint, "a", "new", 2, 3)
+	joined(t, endpoint, 2)
+	b := meetElastic(t, endpoint, "b", "b", 2, 3)
+	again.wait(t)
+	b.wait(t)
+	checkMet(t, "node a started again", again, "new")
+	checkMet(t, "node b", b, "new")
 }
