@@ -51,10 +51,11 @@ func (o *RunOptions) executeWithMetrics(ctx context.Context, lo *LaunchOptions, 
 }
 
 // engineLayout names the built-in engine's layout for gtrain_job_info,
-// from the spec its ranks run (dp resolved: enginejob.ResolveDP).
+// from the spec its ranks run (dp resolved: enginejob.ResolveDP), in
+// ASCII, for users to match in PromQL.
 func engineLayout(s train.Spec) string {
 	p, b := s.Parallel, s.Batch
-	return fmt.Sprintf("dp %d, tp %d, pp %d, ZeRO stage %d, micro_batch %d × grad_accum %d, %s",
+	return fmt.Sprintf("dp %d, tp %d, pp %d, ZeRO stage %d, micro_batch %d, grad_accum %d, %s",
 		p.DP, max(p.TP, 1), max(p.PP, 1), p.ZeroStage, b.MicroBatch, max(b.GradAccum, 1), s.Precision)
 }
 

@@ -94,7 +94,7 @@ func stderrLines(t *testing.T, cmd *exec.Cmd) (string, func() string) {
 // TestJobInfoLayoutAuto: `gtrain run --auto --hostfile` (here a hostfile
 // of this machine, 2 slots: the agent reports its facts as any host's
 // does) serves the layout --auto planned from the host's facts, dp
-// resolved, not the job file's (dp 0, micro_batch 1 × grad_accum 8),
+// resolved, not the job file's (dp 0, micro_batch 1, grad_accum 8),
 // which it served before.
 func TestJobInfoLayoutAuto(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute) // a backstop
@@ -120,11 +120,11 @@ func TestJobInfoLayoutAuto(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no layout planned from the host's facts:\n%s", stderr())
 	}
-	want := fmt.Sprintf("dp %s, tp %s, pp %s, ZeRO stage %s, micro_batch %s × grad_accum %s, fp32", m[3], m[1], m[2], m[4], m[5], m[6])
+	want := fmt.Sprintf("dp %s, tp %s, pp %s, ZeRO stage %s, micro_batch %s, grad_accum %s, fp32", m[3], m[1], m[2], m[4], m[5], m[6])
 	if got := infoLayouts(page); len(got) != 1 || got[0] != want {
 		t.Errorf("gtrain_job_info layouts %q, want the one planned, %q", got, want)
 	}
-	if strings.Contains(want, "micro_batch 1 × grad_accum 8") {
+	if strings.Contains(want, "micro_batch 1, grad_accum 8") {
 		t.Logf("note: --auto kept the job file's batch split; the test still checks dp resolved")
 	}
 }
@@ -148,7 +148,7 @@ func TestJobInfoLayoutDP0(t *testing.T) {
 		return len(infoLayouts(page)) > 0
 	})
 	interrupt(t, ctx, []*exec.Cmd{cmd})
-	want := "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 1 × grad_accum 8, fp32"
+	want := "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 1, grad_accum 8, fp32"
 	if got := infoLayouts(page); len(got) != 1 || got[0] != want {
 		t.Errorf("gtrain_job_info layouts %q, want %q", got, want)
 	}
@@ -195,8 +195,8 @@ func TestJobInfoLayoutReplanned(t *testing.T) {
 		attempt, world int
 		want           string
 	}{
-		{0, 2, "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 3 × grad_accum 1, fp32"},
-		{1, 3, "dp 3, tp 1, pp 1, ZeRO stage 0, micro_batch 2 × grad_accum 1, fp32"},
+		{0, 2, "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 3, grad_accum 1, fp32"},
+		{1, 3, "dp 3, tp 1, pp 1, ZeRO stage 0, micro_batch 2, grad_accum 1, fp32"},
 	} {
 		if _, err := plan(t.Context(), launch.World{Attempt: a.attempt, Size: a.world}); err != nil {
 			t.Fatalf("attempt %d: %v", a.attempt, err)
@@ -238,8 +238,8 @@ func TestJobInfoLayoutPrometheus(t *testing.T) {
 		attempt, world int
 		want           string
 	}{
-		{0, 2, "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 3 × grad_accum 1, fp32"},
-		{1, 3, "dp 3, tp 1, pp 1, ZeRO stage 0, micro_batch 2 × grad_accum 1, fp32"},
+		{0, 2, "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 3, grad_accum 1, fp32"},
+		{1, 3, "dp 3, tp 1, pp 1, ZeRO stage 0, micro_batch 2, grad_accum 1, fp32"},
 	} {
 		if _, err := plan(ctx, launch.World{Attempt: a.attempt, Size: a.world}); err != nil {
 			t.Fatalf("attempt %d: %v", a.attempt, err)

@@ -296,7 +296,7 @@ func TestPerNodeEngineMetrics(t *testing.T) {
 		}
 		// The layout the nodes planned, dp resolved from their world: it
 		// read the job file's "dp 0".
-		want := "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 2 × grad_accum 1, fp32"
+		want := "dp 2, tp 1, pp 1, ZeRO stage 0, micro_batch 2, grad_accum 1, fp32"
 		if got := infoLayouts(p); len(got) != 1 || got[0] != want {
 			t.Errorf("node %d: gtrain_job_info layouts %q, want %q", i, got, want)
 		}
