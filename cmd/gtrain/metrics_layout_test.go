@@ -42,7 +42,7 @@ func infoLayouts(page string) []string {
 
 // autoChoice is the layout --auto planned from the hosts' facts, as the
 // launcher's notice names it.
-var autoChoice = regexp.MustCompile(`from the hosts' reported facts: --auto: tp=(\d+) pp=(\d+) dp=(\d+) zero=(\d+) micro_batch=(\d+) grad_accum=(\d+)`)
+var autoChoice = regexp.MustCompile(`from the hosts' reported facts: --auto: tp=(\d+) pp=(\d+).*? dp=(\d+) zero=(\d+) micro_batch=(\d+) grad_accum=(\d+)`)
 
 // layoutJob is a long job whose file leaves dp to the world (dp 0) and
 // splits its batch into 8 micro-steps of 1, which --auto on a host with
