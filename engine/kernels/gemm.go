@@ -21,7 +21,7 @@ func Sgemm(threads int, transA, transB bool, m, n, k int, alpha float32, a []flo
 // sgemmAt is Sgemm with the kernels and block sizes of lv, which the tests
 // and benchmarks pick.
 func sgemmAt(lv *gemmLevel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ar, ac, br, bc, ok := checkSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	ar, ac, br, bc, ok := checkSgemm(transA, transB, m, n, k, alpha, a, lda, len(b), ldb, beta, c, ldc)
 	if !ok {
 		return
 	}
@@ -34,7 +34,8 @@ func sgemmAt(lv *gemmLevel, threads int, transA, transB bool, m, n, k int, alpha
 // checkSgemm panics on bad arguments, as Sgemm documents, and returns the
 // shapes of A and B as stored; ok is false when nothing is left to
 // multiply (C is empty, or only scaled by beta, which checkSgemm did).
-func checkSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (ar, ac, br, bc int, ok bool) {
+// nb is the length of B, whatever its element type.
+func checkSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, nb int, ldb int, beta float32, c []float32, ldc int) (ar, ac, br, bc int, ok bool) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("kernels: Sgemm: negative dimension (m %d, n %d, k %d)", m, n, k))
 	}
@@ -55,7 +56,7 @@ func checkSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		br, bc = n, k
 	}
 	checkGemmMatrix("a", len(a), ar, ac, lda)
-	checkGemmMatrix("b", len(b), br, bc, ldb)
+	checkGemmMatrix("b", nb, br, bc, ldb)
 	return ar, ac, br, bc, true
 }
 

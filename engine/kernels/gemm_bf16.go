@@ -36,7 +36,7 @@ func sgemmBF16At(lv *gemmLevel, threads int, transA, transB bool, m, n, k int, a
 		sgemmAt(lv, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	ar, ac, br, bc, ok := checkSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	ar, ac, br, bc, ok := checkSgemm(transA, transB, m, n, k, alpha, a, lda, len(b), ldb, beta, c, ldc)
 	if !ok {
 		return
 	}

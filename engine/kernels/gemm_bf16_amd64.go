@@ -19,7 +19,7 @@ var gemmBF16Level = func() *gemmLevel {
 // KiB, and a panel of A 12 KiB.
 var gemmBF16AVX512 = gemmLevel{
 	mr: 12, nr: 32, kc: 512, mc: 1536, nc: 384, minSplit: 64, minParallel: gemmMinParallel,
-	bf16: &bf16Ops{kern: kernBF16AVX512, pairs: packPairs, pairsT: packPairsT},
+	bf16: &bf16Ops{kern: kernBF16AVX512, pairs: packPairs, pairsT: packPairsT, pairs16: packPairs16, pairsT16: packPairsT16},
 }
 
 // kernBF16AVX512 checks the bounds of a 12×32 tile (three checks per call
@@ -66,3 +66,36 @@ func packPairsAVX512(dst *uint32, dstw int, src *float32, ld, pairs int, load, s
 
 //go:noescape
 func packPairsTAVX512(dst *uint32, dstw int, src *float32, ld, rows, blocks int, store uint32)
+
+// packPairs16 packs the kb/2 whole pairs of a 32-column panel of
+// bfloat16 whose k runs down the rows, cols ≤ 32 of them, with masked
+// loads: the columns past cols are not read and become zero.
+func packPairs16(dst []uint32, dstw int, src []uint16, ld, kb, cols int) int {
+	pairs := kb / 2
+	if pairs == 0 || dstw != 32 {
+		return 0
+	}
+	_ = src[(2*pairs-1)*ld+cols-1]
+	_ = dst[pairs*32-1]
+	packPairs16AVX512(&dst[0], &src[0], ld, pairs, uint32(1)<<cols-1)
+	return 2 * pairs
+}
+
+// packPairsT16 packs the first 32·⌊kb/32⌋ elements of 16 rows of
+// bfloat16 whose k runs along the rows.
+func packPairsT16(dst []uint32, dstw int, src []uint16, ld, rows, kb int) int {
+	blocks := kb / 32
+	if blocks == 0 || rows != 16 {
+		return 0
+	}
+	_ = src[15*ld+32*blocks-1]
+	_ = dst[(16*blocks-1)*dstw+15]
+	packPairsT16AVX512(&dst[0], dstw, &src[0], ld, blocks)
+	return 32 * blocks
+}
+
+//go:noescape
+func packPairs16AVX512(dst *uint32, src *uint16, ld, pairs int, load uint32)
+
+//go:noescape
+func packPairsT16AVX512(dst *uint32, dstw int, src *uint16, ld, blocks int)

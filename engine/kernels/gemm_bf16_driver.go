@@ -1,10 +1,12 @@
 package kernels
 
 // A bf16 level multiplies as the float32 levels do (gemm_driver.go: the
-// same chunks, goroutines and blocks), but packs both operands, rounding
-// them to bfloat16 on the way: VDPBF16PS multiplies pairs of bfloat16,
-// so A cannot be read in place, and the copy is where the conversion is
-// free. k is taken in pairs, and both packed operands are pair-major:
+// same goroutines and blocks), but packs both operands, rounding them to
+// bfloat16 on the way: VDPBF16PS multiplies pairs of bfloat16, so A
+// cannot be read in place, and the copy is where the conversion is free.
+// Since A is packed, a chunk packs its rows of A once per block of k and
+// runs over all its columns (chunkBF16), where chunk reads A in place for
+// at most nc columns. k is taken in pairs, and both packed operands are pair-major:
 //
 //	A panel (mr rows):    pair q of row i    at ap[q*mr+i]
 //	B panel (nr columns): pair q of column j at bp[q*nr+j]
@@ -30,6 +32,11 @@ type bf16Ops struct {
 	// row r at src[r*ld+p]): rows (12 or 16) rows, from k = 0 on; it
 	// returns how much of k it did, a multiple of 32.
 	pairsT func(dst []uint32, dstw int, src []float32, ld, rows, kb int) int
+	// pairs16 and pairsT16, if not nil, are pairs and pairsT for B
+	// already in bfloat16 (SgemmBF16B), into 32-column panels of B only
+	// (they do nothing for other widths).
+	pairs16  func(dst []uint32, dstw int, src []uint16, ld, kb, cols int) int
+	pairsT16 func(dst []uint32, dstw int, src []uint16, ld, rows, kb int) int
 }
 
 // gemmKC is the k block of a multiply of depth k at lv: k cut into as few
@@ -45,13 +52,14 @@ func gemmKC(lv *gemmLevel, k int) int {
 }
 
 // bf16Cut is plan's cut of C into chunks for a bf16 level on threads > 1
-// goroutines, from the cache blocking's cm0×cn0. Such a level packs A as
-// well as B, once per chunk, so every cut packs an operand again: a cut
-// of columns all of A (m·k), a cut of rows all of B (k·n). It takes
-// 2·threads chunks (a helper that joins late still finds work, as in
-// plan), cut so as to repack the fewest elements: on the small preset's
-// qkv, 1024×1152 on 2 threads, 2×2 chunks repack a third of what plan's 8
-// columns would.
+// goroutines, from the cache blocking's cm0 rows (a chunk packs all its
+// rows of A at once, so mc bounds them) and cn0 (1: a chunk runs over any
+// number of columns, nc at a time). Such a level packs A as well as B,
+// once per chunk, so every cut packs an operand again: a cut of columns
+// all of A (m·k), a cut of rows all of B (k·n). It takes 2·threads chunks
+// (a helper that joins late still finds work, as in plan), cut so as to
+// repack the fewest elements: on the small preset's qkv, 1024×1152 on 2
+// threads, 2×2 chunks repack a third of what plan's 8 columns would.
 func bf16Cut(m, n, pm, pn, cm0, cn0, threads int) (cm, cn int) {
 	want := 2 * threads
 	cost := -1
@@ -65,33 +73,43 @@ func bf16Cut(m, n, pm, pn, cm0, cn0, threads int) (cm, cn int) {
 	return cm, cn
 }
 
-// chunkBF16 is chunk for a bf16 level.
+// chunkBF16 is chunk for a bf16 level. Per block of k it packs the
+// chunk's rows of A once, then runs over its columns nc at a time, packing
+// each block of B and multiplying every panel of A by it: the packed A is
+// reused by every block of columns, where a chunk of at most nc columns
+// (as chunk has) would pack the same rows of A again for each (the
+// logits' 1024×768 input 131 times over gpt2's 50257 columns).
 func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
-	mr, nr, ops := s.lv.mr, s.lv.nr, s.lv.bf16
-	panels := gemmCeilDiv(j1-j0, nr)
+	mr, nr, nc, ops := s.lv.mr, s.lv.nr, s.lv.nc, s.lv.bf16
 	for p0 := 0; p0 < s.k; p0 += s.kc {
 		kb := min(s.kc, s.k-p0)
 		kp := (kb + 1) / 2
-		bp := buf.bp[:panels*kp*nr]
-		s.packBF16B(bp, p0, kb, j0, j1-j0)
+		for i := i0; i < i1; i += mr {
+			s.packBF16A(buf, buf.ap[(i-i0)/mr*kp*mr:][:kp*mr], i, min(mr, i1-i), p0, kb)
+		}
 		beta := s.beta
 		if p0 > 0 {
 			beta = 1
 		}
-		for i := i0; i < i1; i += mr {
-			rows := min(mr, i1-i)
-			ap := buf.ap[:kp*mr]
-			s.packBF16A(buf, ap, i, rows, p0, kb)
-			for q := range panels {
-				j := j0 + q*nr
-				cols := min(nr, j1-j)
-				bq := bp[q*kp*nr:][:kp*nr]
-				if rows == mr && cols == nr {
-					ops.kern(kp, ap, bq, s.c[i*s.ldc+j:], s.ldc, s.alpha, beta)
-					continue
+		for jb := j0; jb < j1; jb += nc {
+			width := min(nc, j1-jb)
+			panels := gemmCeilDiv(width, nr)
+			bp := buf.bp[:panels*kp*nr]
+			s.packBF16B(bp, p0, kb, jb, width)
+			for i := i0; i < i1; i += mr {
+				rows := min(mr, i1-i)
+				ap := buf.ap[(i-i0)/mr*kp*mr:][:kp*mr]
+				for q := range panels {
+					j := jb + q*nr
+					cols := min(nr, j1-j)
+					bq := bp[q*kp*nr:][:kp*nr]
+					if rows == mr && cols == nr {
+						ops.kern(kp, ap, bq, s.c[i*s.ldc+j:], s.ldc, s.alpha, beta)
+						continue
+					}
+					ops.kern(kp, ap, bq, buf.tile, nr, 1, 0)
+					mergeGemmTile(s.c[i*s.ldc+j:], s.ldc, buf.tile, nr, rows, cols, s.alpha, beta)
 				}
-				ops.kern(kp, ap, bq, buf.tile, nr, 1, 0)
-				mergeGemmTile(s.c[i*s.ldc+j:], s.ldc, buf.tile, nr, rows, cols, s.alpha, beta)
 			}
 		}
 	}
@@ -137,6 +155,10 @@ func padGemmRows(scratch, src []float32, ld, rows, want, kb int) []float32 {
 // dst as panels of nr columns (see the layout above), the last padded with
 // zero columns.
 func (s *sgemmCall) packBF16B(dst []uint32, p0, kb, j0, width int) {
+	if s.b16 != nil {
+		s.packBF16B16(dst, p0, kb, j0, width)
+		return
+	}
 	nr, ops := s.lv.nr, s.lv.bf16
 	kp := (kb + 1) / 2
 	for q := 0; q*nr < width; q++ {

@@ -32,6 +32,7 @@ type sgemmCall struct {
 	m, n, k        int
 	alpha, beta    float32
 	a, b, c        []float32
+	b16            []uint16 // B in bfloat16 (SgemmBF16B), b nil
 	lda, ldb, ldc  int
 
 	kc      int // k block
@@ -72,7 +73,7 @@ func newSgemmCall(lv *gemmLevel, threads int, transA, transB bool, m, n, k int, 
 
 // putSgemmCall recycles s once no goroutine uses it.
 func putSgemmCall(s *sgemmCall) {
-	s.a, s.b, s.c = nil, nil, nil
+	s.a, s.b, s.c, s.b16 = nil, nil, nil, nil
 	sgemmCalls.put(s)
 }
 
@@ -91,8 +92,13 @@ func (s *sgemmCall) plan(threads int) {
 	s.kc = gemmKC(lv, s.k)
 	s.pn, s.pm = gemmCeilDiv(s.n, lv.nr), gemmCeilDiv(s.m, lv.mr)
 	cn, cm := gemmCeilDiv(s.n, lv.nc), gemmCeilDiv(s.m, lv.mc)
-	if threads > 1 && lv.bf16 != nil {
-		cm, cn = bf16Cut(s.m, s.n, s.pm, s.pn, cm, cn, threads)
+	if lv.bf16 != nil {
+		// A bf16 chunk runs over its columns nc at a time with its
+		// rows of A packed once (chunkBF16): only threads cut columns.
+		cn = 1
+		if threads > 1 {
+			cm, cn = bf16Cut(s.m, s.n, s.pm, s.pn, cm, cn, threads)
+		}
 	} else if threads > 1 {
 		want := 4 * threads
 		if s.n >= threads*lv.minSplit {

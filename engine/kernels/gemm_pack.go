@@ -19,11 +19,13 @@ func getGemmBuf(s *sgemmCall) *gemmBuf {
 		buf.tile = make([]float32, need)
 	}
 	if s.lv.bf16 != nil {
+		// A block of B (at most nc columns of the chunk's), and all the
+		// chunk's rows of A (chunkBF16).
 		kp := (s.kc + 1) / 2
-		if need := kp * gemmCeilDiv(s.pn, s.cn) * nr; len(buf.bp) < need {
+		if need := kp * min(gemmCeilDiv(s.pn, s.cn), s.lv.nc/nr) * nr; len(buf.bp) < need {
 			buf.bp = make([]uint32, need)
 		}
-		if need := kp * mr; len(buf.ap) < need {
+		if need := kp * gemmCeilDiv(s.pm, s.cm) * mr; len(buf.ap) < need {
 			buf.ap = make([]uint32, need)
 		}
 		if need := s.kc * mr; len(buf.a) < need { // the last rows of A, padded

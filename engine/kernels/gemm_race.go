@@ -25,4 +25,12 @@ func raceSgemm(a []float32, ar, ac, lda int, b []float32, br, bc, ldb int, c []f
 	}
 }
 
+// raceReadBF16 tells the race detector that a multiply reads the rows×cols
+// bfloat16 matrix b (row stride ld), as raceSgemm does for float32 ones.
+func raceReadBF16(b []uint16, rows, cols, ld int) {
+	for i := range rows {
+		runtime.RaceReadRange(unsafe.Pointer(&b[i*ld]), cols*2)
+	}
+}
+
 const raceEnabled = true
