@@ -32,6 +32,22 @@ type Backend interface {
 	CrossEntropyBackward(dlogits, probs []float32, targets []int32, dloss float32, N, V int)
 }
 
+// BF16Weights is a Backend that can multiply by weights kept in bfloat16,
+// as mixed-precision training keeps its working parameters, without their
+// float32 decoding: the model then hands it the store's bfloat16 matrices
+// in place (model.BF16Weights), and the results are those of its float32
+// methods on the decoded weights, bit for bit.
+type BF16Weights interface {
+	// TakesBF16Weights reports whether the matmuls round their operands
+	// to bfloat16 anyway: only then are the methods below the same
+	// computation as the float32 ones.
+	TakesBF16Weights() bool
+	// MatmulBF16B is Matmul with B given as bfloat16 bits.
+	MatmulBF16B(transA, transB bool, m, n, k int, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int)
+	// EncoderBF16 is Encoder with the embeddings given as bfloat16 bits.
+	EncoderBF16(out []float32, inp []int32, wte, wpe []uint16, B, T, C int)
+}
+
 // CPU runs every operation on this machine's cores with engine/kernels.
 type CPU struct {
 	Threads int // goroutines per operation; below 1 means one
@@ -55,6 +71,19 @@ func (c CPU) Matmul(transA, transB bool, m, n, k int, a []float32, lda int, b []
 		return
 	}
 	kernels.Sgemm(c.Threads, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// TakesBF16Weights implements BF16Weights: true with MatmulBF16.
+func (c CPU) TakesBF16Weights() bool { return c.MatmulBF16 }
+
+// MatmulBF16B implements BF16Weights (kernels.SgemmBF16B).
+func (c CPU) MatmulBF16B(transA, transB bool, m, n, k int, a []float32, lda int, b []uint16, ldb int, beta float32, cc []float32, ldc int) {
+	kernels.SgemmBF16B(c.Threads, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// EncoderBF16 implements BF16Weights.
+func (c CPU) EncoderBF16(out []float32, inp []int32, wte, wpe []uint16, B, T, C int) {
+	kernels.EncoderForwardBF16(out, inp, wte, wpe, B, T, C)
 }
 
 // Encoder implements Backend.

@@ -8,4 +8,8 @@ type layerWeights struct {
 	ln2w, ln2b         []float32
 	fcw, fcb           []float32
 	fcprojw, fcprojb   []float32
+	// The matrices as bfloat16 bits, in place of their float32 forms,
+	// when the store lends its bfloat16 working parameters and the
+	// backend multiplies by them (blockViewBF16).
+	qkvw16, attprojw16, fcw16, fcprojw16 []uint16
 }

@@ -12,12 +12,16 @@ func (m *Model) Forward(x, y []int32) (float32, error) {
 	m.x, m.y = x, y
 	cfg, a, st := m.Config, &m.acts, m.store
 	N, C, V, L := m.B*m.T, cfg.Embd, cfg.Vocab, cfg.Layers
-	wte, wpe := cfg.embView(st.Weights(0))
+	emb := m.embWeights()
 	st.Prefetch(1)
-	m.be.Encoder(a.res[0], x, wte, wpe, m.B, m.T, C)
+	if emb.wte16 != nil {
+		m.bw.EncoderBF16(a.res[0], x, emb.wte16, emb.wpe16, m.B, m.T, C)
+	} else {
+		m.be.Encoder(a.res[0], x, emb.wte, emb.wpe, m.B, m.T, C)
+	}
 	st.Release(0)
 	for l := range L {
-		lw := cfg.blockView(st.Weights(1 + l))
+		lw := m.blockWeights(1 + l)
 		st.Prefetch(2 + l)
 		m.blockForward(&lw, a.layer(l), a.res[l], a.res[l+1])
 		st.Release(1 + l)
@@ -27,8 +31,8 @@ func (m *Model) Forward(x, y []int32) (float32, error) {
 	m.be.LayerNorm(a.lnf, a.lnfMean, a.lnfRstd, a.res[L], lnfw, lnfb, N, C)
 	st.Release(L + 1)
 	// The output layer is the token embedding, transposed (weight tying).
-	wte, _ = cfg.embView(st.Weights(0))
-	m.be.Matmul(false, true, N, V, C, a.lnf, C, wte, C, 0, a.probs, V)
+	emb = m.embWeights()
+	m.matmulW(true, N, V, C, a.lnf, C, emb.wte, emb.wte16, C, a.probs, V)
 	st.Release(0)
 	m.be.CrossEntropy(a.losses, a.probs, a.probs, y, N, V)
 	var sum float64
@@ -59,17 +63,17 @@ func (m *Model) blockForward(lw *layerWeights, la *layerActs, in, out []float32)
 	be, proj := m.be, m.acts.proj
 	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
 	be.LayerNorm(la.ln1, la.ln1Mean, la.ln1Rstd, in, lw.ln1w, lw.ln1b, N, C)
-	be.Matmul(false, false, N, 3*C, C, la.ln1, C, lw.qkvw, 3*C, 0, la.qkv, 3*C)
+	m.matmulW(false, N, 3*C, C, la.ln1, C, lw.qkvw, lw.qkvw16, 3*C, la.qkv, 3*C)
 	be.AddBias(la.qkv, lw.qkvb, N, 3*C)
 	be.Attention(la.atty, la.att, la.qkv, B, T, C, NH)
-	be.Matmul(false, false, N, C, C, la.atty, C, lw.attprojw, C, 0, proj, C)
+	m.matmulW(false, N, C, C, la.atty, C, lw.attprojw, lw.attprojw16, C, proj, C)
 	be.AddBias(proj, lw.attprojb, N, C)
 	be.Residual(la.res2, in, proj)
 	be.LayerNorm(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, lw.ln2w, lw.ln2b, N, C)
-	be.Matmul(false, false, N, 4*C, C, la.ln2, C, lw.fcw, 4*C, 0, la.fch, 4*C)
+	m.matmulW(false, N, 4*C, C, la.ln2, C, lw.fcw, lw.fcw16, 4*C, la.fch, 4*C)
 	be.AddBias(la.fch, lw.fcb, N, 4*C)
 	be.Gelu(la.fchGelu, la.fch)
-	be.Matmul(false, false, N, C, 4*C, la.fchGelu, 4*C, lw.fcprojw, C, 0, proj, C)
+	m.matmulW(false, N, C, 4*C, la.fchGelu, 4*C, lw.fcprojw, lw.fcprojw16, C, proj, C)
 	be.AddBias(proj, lw.fcprojb, N, C)
 	be.Residual(out, la.res2, proj)
 }
@@ -81,11 +85,11 @@ func (m *Model) Backward(dloss float32) {
 	cfg, a, gs, st := m.Config, &m.acts, &m.grad, m.store
 	N, C, V, L := m.B*m.T, cfg.Embd, cfg.Vocab, cfg.Layers
 	m.be.CrossEntropyBackward(a.probs, a.probs, m.y, dloss/float32(N), N, V)
-	wte, _ := cfg.embView(st.Weights(0))
+	emb := m.embWeights()
 	st.Prefetch(L + 1)
 	gwte, gwpe := cfg.embView(st.Grads(0))
 	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, 1, gwte, C)
-	m.be.Matmul(false, false, N, C, V, a.probs, V, wte, C, 0, gs.dln, C)
+	m.matmulW(false, N, C, V, a.probs, V, emb.wte, emb.wte16, C, gs.dln, C)
 	st.Release(0)
 	lnfw, _ := cfg.finalView(st.Weights(L + 1))
 	st.Prefetch(L)
@@ -96,7 +100,7 @@ func (m *Model) Backward(dloss float32) {
 	st.Release(L + 1)
 	for l := L - 1; l >= 0; l-- {
 		la := a.layer(l)
-		lw := cfg.blockView(st.Weights(1 + l))
+		lw := m.blockWeights(1 + l)
 		if l > 0 {
 			st.Prefetch(l)
 		}
@@ -129,21 +133,66 @@ func (m *Model) blockBackward(lw, gw *layerWeights, la *layerActs, in []float32)
 	// out = res2 + c_proj(gelu(c_fc(LN2(res2))))
 	be.Matmul(true, false, 4*C, C, N, la.fchGelu, 4*C, dres, C, 1, gw.fcprojw, C)
 	be.BiasBackward(gw.fcprojb, dres, N, C)
-	be.Matmul(false, true, N, 4*C, C, dres, C, lw.fcprojw, C, 0, gs.dgelu, 4*C)
+	m.matmulW(true, N, 4*C, C, dres, C, lw.fcprojw, lw.fcprojw16, C, gs.dgelu, 4*C)
 	clear(gs.dfch)
 	be.GeluBackward(gs.dfch, la.fch, gs.dgelu)
 	be.Matmul(true, false, C, 4*C, N, la.ln2, C, gs.dfch, 4*C, 1, gw.fcw, 4*C)
 	be.BiasBackward(gw.fcb, gs.dfch, N, 4*C)
-	be.Matmul(false, true, N, C, 4*C, gs.dfch, 4*C, lw.fcw, 4*C, 0, gs.dln, C)
+	m.matmulW(true, N, C, 4*C, gs.dfch, 4*C, lw.fcw, lw.fcw16, 4*C, gs.dln, C)
 	be.LayerNormBackward(dres, gw.ln2w, gw.ln2b, gs.dln, la.res2, lw.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
 	// res2 = in + c_proj(attention(c_attn(LN1(in))))
 	be.Matmul(true, false, C, C, N, la.atty, C, dres, C, 1, gw.attprojw, C)
 	be.BiasBackward(gw.attprojb, dres, N, C)
-	be.Matmul(false, true, N, C, C, dres, C, lw.attprojw, C, 0, gs.datty, C)
+	m.matmulW(true, N, C, C, dres, C, lw.attprojw, lw.attprojw16, C, gs.datty, C)
 	clear(gs.dqkv)
 	be.AttentionBackward(gs.dqkv, gs.datty, la.qkv, la.att, gs.scratch, B, T, C, NH)
 	be.Matmul(true, false, C, 3*C, N, la.ln1, C, gs.dqkv, 3*C, 1, gw.qkvw, 3*C)
 	be.BiasBackward(gw.qkvb, gs.dqkv, N, 3*C)
-	be.Matmul(false, true, N, C, 3*C, gs.dqkv, 3*C, lw.qkvw, 3*C, 0, gs.dln, C)
+	m.matmulW(true, N, C, 3*C, gs.dqkv, 3*C, lw.qkvw, lw.qkvw16, 3*C, gs.dln, C)
 	be.LayerNormBackward(dres, gw.ln1w, gw.ln1b, gs.dln, in, lw.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
+}
+
+// embedding is the embedding unit as the model uses it: bfloat16 bits in
+// place (wte16, wpe16) or float32 (wte, wpe).
+type embedding struct {
+	wte, wpe     []float32
+	wte16, wpe16 []uint16
+}
+
+// embWeights gets the embedding unit (see weights16).
+func (m *Model) embWeights() embedding {
+	n := m.Config.Vocab * m.Config.Embd
+	if h := m.weights16(0); h != nil {
+		return embedding{wte16: h[:n:n], wpe16: h[n:]}
+	}
+	wte, wpe := m.Config.embView(m.store.Weights(0))
+	return embedding{wte: wte, wpe: wpe}
+}
+
+// blockWeights gets block unit u (see weights16).
+func (m *Model) blockWeights(u int) layerWeights {
+	if h := m.weights16(u); h != nil {
+		return m.Config.blockViewBF16(h, m.vec)
+	}
+	return m.Config.blockView(m.store.Weights(u))
+}
+
+// weights16 is unit u's bfloat16 working parameters in place, when the
+// store lends them and the backend multiplies by them; else nil, and the
+// caller asks the store for float32.
+func (m *Model) weights16(u int) []uint16 {
+	if m.st16 == nil {
+		return nil
+	}
+	return m.st16.WeightsBF16(u)
+}
+
+// matmulW computes c = a·op(W) for a weight matrix W: w16 in place when
+// set (bfloat16), else w.
+func (m *Model) matmulW(transB bool, M, N, K int, a []float32, lda int, w []float32, w16 []uint16, ldb int, c []float32, ldc int) {
+	if w16 != nil {
+		m.bw.MatmulBF16B(false, transB, M, N, K, a, lda, w16, ldb, 0, c, ldc)
+		return
+	}
+	m.be.Matmul(false, transB, M, N, K, a, lda, w, ldb, 0, c, ldc)
 }

@@ -46,7 +46,12 @@ type Model struct {
 	Params []float32
 	Grads  []float32
 
-	be     backend.Backend
+	be backend.Backend
+	// bw and st16 are the backend and store as bfloat16 weights take
+	// them, when both do (else nil); vec holds a block's vectors decoded.
+	bw     backend.BF16Weights
+	st16   BF16Weights
+	vec    []float32
 	params []Param
 	store  Store
 	acts   activations
@@ -80,6 +85,10 @@ func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Sto
 		return nil, err
 	}
 	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params(), store: st}
+	bw, ok := be.(backend.BF16Weights)
+	if st16, ok16 := st.(BF16Weights); ok && ok16 && bw.TakesBF16Weights() {
+		m.bw, m.st16, m.vec = bw, st16, make([]float32, cfg.blockVectors())
+	}
 	var z sizer
 	m.acts = newActivations(cfg, B, T, rc, &z)
 	m.grad = newGradScratch(cfg, B, T, be.AttentionScratch(T), &z)

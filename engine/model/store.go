@@ -1,5 +1,7 @@
 package model
 
+import "math"
+
 // A unit is the granule in which the engine moves parameters and their
 // gradients: unit 0 holds the embeddings (wte, wpe), unit 1+l block l, and
 // the last unit the final LayerNorm. Each is a contiguous run of the flat
@@ -41,6 +43,18 @@ type Store interface {
 	Prefetch(u int)
 	Grads(u int) []float32 // where backward accumulates (+=) unit u's gradients
 	GradsDone(u int)
+}
+
+// BF16Weights is a Store whose working parameters are bfloat16 and that
+// lends them as they are. WeightsBF16(u) is unit u's parameters as
+// bfloat16 bits, laid out as in Params, valid until Release(u), in place of
+// Weights(u); nil when the store cannot (then the model asks Weights). A
+// model whose backend multiplies by bfloat16 weights
+// (backend.BF16Weights) passes the matrices to it in place and decodes
+// only the vectors, so that no unit is decoded whole in forward and again
+// in backward to be rounded back to bfloat16 by the matmuls.
+type BF16Weights interface {
+	WeightsBF16(u int) []uint16
 }
 
 // dense is the Store of a rank holding every parameter and gradient in
@@ -85,6 +99,38 @@ func (c Config) blockView(flat []float32) layerWeights {
 		attprojw: next(C * C), attprojb: next(C), ln2w: next(C), ln2b: next(C),
 		fcw: next(4 * C * C), fcb: next(4 * C), fcprojw: next(4 * C * C), fcprojb: next(C),
 	}
+}
+
+// blockVectors is how many elements of a block are vectors (LayerNorm
+// gains and biases, linear biases): what blockViewBF16 decodes.
+func (c Config) blockVectors() int { return 13 * c.Embd }
+
+// blockViewBF16 slices a block unit of bfloat16 bits into its tensors:
+// the matrices as views (the ...16 fields), the vectors decoded (exactly)
+// into vec, c.blockVectors() long.
+func (c Config) blockViewBF16(flat []uint16, vec []float32) layerWeights {
+	C := c.Embd
+	next := func(n int) []uint16 {
+		s := flat[:n:n]
+		flat = flat[n:]
+		return s
+	}
+	vector := func(n int) []float32 {
+		v := vec[:n:n]
+		vec = vec[n:]
+		for i, h := range next(n) {
+			v[i] = math.Float32frombits(uint32(h) << 16)
+		}
+		return v
+	}
+	var lw layerWeights
+	lw.ln1w, lw.ln1b = vector(C), vector(C)
+	lw.qkvw16, lw.qkvb = next(3*C*C), vector(3*C)
+	lw.attprojw16, lw.attprojb = next(C*C), vector(C)
+	lw.ln2w, lw.ln2b = vector(C), vector(C)
+	lw.fcw16, lw.fcb = next(4*C*C), vector(4*C)
+	lw.fcprojw16, lw.fcprojb = next(4*C*C), vector(C)
+	return lw
 }
 
 // finalView splits the final unit into the LayerNorm's gain and bias.

@@ -56,6 +56,33 @@ func (e *Engine) Weights(u int) []float32 {
 	return lu.f32
 }
 
+// WeightsBF16 implements model.BF16Weights: with bf16 working
+// parameters, unit u's as they are, a view of them (stages 0–2) or the
+// unit gathered (stage 3), instead of Weights' fp32 decoding, which the
+// model's bf16 matmuls would round straight back. Nil for other types,
+// and for a stage-3 unit that Weights has decoded while it is live.
+func (e *Engine) WeightsBF16(u int) []uint16 {
+	if e.cfg.Params != comm.BFloat16 {
+		return nil
+	}
+	lo, hi := e.unitRange(u)
+	if e.cfg.Stage < 3 {
+		return e.work.Uint16s()[lo:hi:hi]
+	}
+	lu := e.live[u]
+	if lu == nil {
+		lu = e.fetch(u)
+	}
+	if lu.raw.Len() == 0 {
+		return nil
+	}
+	lu.refs++
+	if lu.h != nil {
+		e.wait(lu.h)
+	}
+	return lu.raw.Uint16s()
+}
+
 // embedding is the embedding unit's fp32 decoding (raw, stages 0–2),
 // kept from one use to the next until the working parameters change
 // (publish): forward uses the unit twice (the token embeddings, then the
