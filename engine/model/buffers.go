@@ -13,3 +13,11 @@ type layerWeights struct {
 	// backend multiplies by them (blockViewBF16).
 	qkvw16, attprojw16, fcw16, fcprojw16 []uint16
 }
+
+// clearVectors zeroes the block's vectors (gains and biases): the part of
+// a gradient buffer that backward adds into rather than writes.
+func (lw *layerWeights) clearVectors() {
+	for _, v := range [][]float32{lw.ln1w, lw.ln1b, lw.qkvb, lw.attprojb, lw.ln2w, lw.ln2b, lw.fcb, lw.fcprojb} {
+		clear(v)
+	}
+}

@@ -87,8 +87,12 @@ func (m *Model) Backward(dloss float32) {
 	m.be.CrossEntropyBackward(a.probs, a.probs, m.y, dloss/float32(N), N, V)
 	emb := m.embWeights()
 	st.Prefetch(L + 1)
-	gwte, gwpe := cfg.embView(st.Grads(0))
-	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, 1, gwte, C)
+	g0, beta := m.grads(0)
+	gwte, gwpe := cfg.embView(g0)
+	if beta == 0 { // EncoderBackward adds into wpe; the matmul writes wte
+		clear(gwpe)
+	}
+	m.be.Matmul(true, false, V, C, N, a.probs, V, a.lnf, C, beta, gwte, C)
 	m.matmulW(false, N, C, V, a.probs, V, emb.wte, emb.wte16, C, gs.dln, C)
 	st.Release(0)
 	lnfw, _ := cfg.finalView(st.Weights(L + 1))
@@ -114,8 +118,12 @@ func (m *Model) Backward(dloss float32) {
 			// values it holds (the kernel computes both at once).
 			m.be.Attention(la.atty, la.att, la.qkv, m.B, m.T, C, cfg.Heads)
 		}
-		gw := cfg.blockView(st.Grads(1 + l))
-		m.blockBackward(&lw, &gw, la, a.res[l])
+		g, beta := m.grads(1 + l)
+		gw := cfg.blockView(g)
+		if beta == 0 {
+			gw.clearVectors()
+		}
+		m.blockBackward(&lw, &gw, la, a.res[l], beta)
 		st.GradsDone(1 + l)
 		st.Release(1 + l)
 	}
@@ -125,28 +133,28 @@ func (m *Model) Backward(dloss float32) {
 
 // blockBackward turns gs.dres from the gradient of a block's output into
 // the gradient of its input, accumulating the block's weight gradients
-// into gw.
-func (m *Model) blockBackward(lw, gw *layerWeights, la *layerActs, in []float32) {
+// into gw, or writing its matrices' with beta 0 (see grads).
+func (m *Model) blockBackward(lw, gw *layerWeights, la *layerActs, in []float32, beta float32) {
 	be, gs := m.be, &m.grad
 	N, C, B, T, NH := m.B*m.T, m.Config.Embd, m.B, m.T, m.Config.Heads
 	dres := gs.dres
 	// out = res2 + c_proj(gelu(c_fc(LN2(res2))))
-	be.Matmul(true, false, 4*C, C, N, la.fchGelu, 4*C, dres, C, 1, gw.fcprojw, C)
+	be.Matmul(true, false, 4*C, C, N, la.fchGelu, 4*C, dres, C, beta, gw.fcprojw, C)
 	be.BiasBackward(gw.fcprojb, dres, N, C)
 	m.matmulW(true, N, 4*C, C, dres, C, lw.fcprojw, lw.fcprojw16, C, gs.dgelu, 4*C)
 	clear(gs.dfch)
 	be.GeluBackward(gs.dfch, la.fch, gs.dgelu)
-	be.Matmul(true, false, C, 4*C, N, la.ln2, C, gs.dfch, 4*C, 1, gw.fcw, 4*C)
+	be.Matmul(true, false, C, 4*C, N, la.ln2, C, gs.dfch, 4*C, beta, gw.fcw, 4*C)
 	be.BiasBackward(gw.fcb, gs.dfch, N, 4*C)
 	m.matmulW(true, N, C, 4*C, gs.dfch, 4*C, lw.fcw, lw.fcw16, 4*C, gs.dln, C)
 	be.LayerNormBackward(dres, gw.ln2w, gw.ln2b, gs.dln, la.res2, lw.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
 	// res2 = in + c_proj(attention(c_attn(LN1(in))))
-	be.Matmul(true, false, C, C, N, la.atty, C, dres, C, 1, gw.attprojw, C)
+	be.Matmul(true, false, C, C, N, la.atty, C, dres, C, beta, gw.attprojw, C)
 	be.BiasBackward(gw.attprojb, dres, N, C)
 	m.matmulW(true, N, C, C, dres, C, lw.attprojw, lw.attprojw16, C, gs.datty, C)
 	clear(gs.dqkv)
 	be.AttentionBackward(gs.dqkv, gs.datty, la.qkv, la.att, gs.scratch, B, T, C, NH)
-	be.Matmul(true, false, C, 3*C, N, la.ln1, C, gs.dqkv, 3*C, 1, gw.qkvw, 3*C)
+	be.Matmul(true, false, C, 3*C, N, la.ln1, C, gs.dqkv, 3*C, beta, gw.qkvw, 3*C)
 	be.BiasBackward(gw.qkvb, gs.dqkv, N, 3*C)
 	m.matmulW(true, N, C, 3*C, gs.dqkv, 3*C, lw.qkvw, lw.qkvw16, 3*C, gs.dln, C)
 	be.LayerNormBackward(dres, gw.ln1w, gw.ln1b, gs.dln, in, lw.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
@@ -195,4 +203,17 @@ func (m *Model) matmulW(transB bool, M, N, K int, a []float32, lda int, w []floa
 		return
 	}
 	m.be.Matmul(false, transB, M, N, K, a, lda, w, ldb, 0, c, ldc)
+}
+
+// grads gets unit u's gradient buffer and the beta of the matmuls that
+// produce its weight matrices' gradients: a buffer to write (beta 0, the
+// rest cleared by the caller) where the store lends one (GradsWriter),
+// else one to add to (beta 1).
+func (m *Model) grads(u int) ([]float32, float32) {
+	if m.gw != nil {
+		if g := m.gw.GradsWrite(u); g != nil {
+			return g, 0
+		}
+	}
+	return m.store.Grads(u), 1
 }

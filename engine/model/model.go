@@ -52,6 +52,7 @@ type Model struct {
 	bw     backend.BF16Weights
 	st16   BF16Weights
 	vec    []float32
+	gw     GradsWriter // the store, if it is one
 	params []Param
 	store  Store
 	acts   activations
@@ -85,6 +86,7 @@ func NewWithStore(cfg Config, B, T int, be backend.Backend, rc Recompute, st Sto
 		return nil, err
 	}
 	m := &Model{Config: cfg, B: B, T: T, Recompute: rc, be: be, params: cfg.Params(), store: st}
+	m.gw, _ = st.(GradsWriter)
 	bw, ok := be.(backend.BF16Weights)
 	if st16, ok16 := st.(BF16Weights); ok && ok16 && bw.TakesBF16Weights() {
 		m.bw, m.st16, m.vec = bw, st16, make([]float32, cfg.blockVectors())

@@ -57,6 +57,18 @@ type BF16Weights interface {
 	WeightsBF16(u int) []uint16
 }
 
+// GradsWriter is a Store that can lend a unit's gradient buffer for
+// backward to write rather than add to. GradsWrite(u) is Grads(u) with its
+// contents undefined, or nil when the buffer holds gradients to add to
+// (then the model calls Grads): backward writes every element, each weight
+// matrix's gradient by its matmul (beta 0) and the rest after clearing
+// it. A store that converts each unit's gradients from fresh float32
+// scratch (engine/zero's 16-bit gradients) then neither clears the
+// scratch nor has the matmuls read the zeros back.
+type GradsWriter interface {
+	GradsWrite(u int) []float32
+}
+
 // dense is the Store of a rank holding every parameter and gradient in
 // float32 (Model.Params and Model.Grads): views, no copies.
 type dense struct {

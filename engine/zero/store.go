@@ -167,6 +167,21 @@ func (e *Engine) Grads(u int) []float32 {
 	return g
 }
 
+// GradsWrite implements model.GradsWriter: with 16-bit gradients, the
+// float32 scratch of unit u without Grads' clearing, which the model's
+// weight-gradient matmuls would read back only to add to zero (GradsDone
+// rounds it whole: store's 0 + v gives a -0 written by the matmul the +0
+// of a sum). Nil with fp32 gradients, which accumulate in place.
+func (e *Engine) GradsWrite(u int) []float32 {
+	if e.cfg.Grads == comm.Float32 {
+		return nil
+	}
+	lo, hi := e.unitRange(u)
+	g := e.pool.f32(hi - lo)
+	e.open[u] = g
+	return g
+}
+
 // sendBuffer is the bucket of segment i, allocated (after the oldest
 // collective in flight has finished, if too many are) when first needed.
 func (e *Engine) sendBuffer(i int) comm.Buffer {
