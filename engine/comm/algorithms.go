@@ -30,7 +30,8 @@ import (
 // a power of two), tree 2⌈log2 p⌉(α + nβ). The ring is pipelined in chunks
 // of Options.ChunkBytes, with one goroutine sending and one receiving, so a
 // step's receive and reduction overlap the next send; over TCP one
-// goroutine drives both sockets without blocking (algorithms_ring_tcp.go).
+// goroutine drives both sockets without blocking (algorithms_ring_tcp.go),
+// as it drives each exchange of rd (algorithms_rd_tcp.go).
 
 type algorithm uint8
 
@@ -197,13 +198,8 @@ func (o *opState) rdAllReduce(buf Buffer, op Op) error {
 		if pn < rem {
 			peer = 2*pn + 1
 		}
-		if err := o.exchange(peer, buf, tmp); err != nil {
+		if err := o.exchangeReduce(peer, buf, tmp, op, nr < pn); err != nil {
 			return err
-		}
-		if nr < pn {
-			reduceInto(op, buf, buf, tmp)
-		} else {
-			reduceInto(op, buf, tmp, buf)
 		}
 	}
 	if op == Avg {

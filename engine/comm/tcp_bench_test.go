@@ -96,3 +96,27 @@ func tcpBenchOp(kind opKind, size int, comms []*Communicator) func(r int) error 
 		return c.AllReduce(ctx, bb[0], Sum)
 	}
 }
+
+// BenchmarkTCPAllReduceAlg is the 2-rank f32 sum all-reduce over loopback
+// TCP with the ring and with recursive doubling (one exchange of the whole
+// buffer), interleaved size by size, for choosing between them.
+func BenchmarkTCPAllReduceAlg(b *testing.B) {
+	for _, size := range []int{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20} {
+		for _, alg := range []string{"ring", "rd"} {
+			b.Run(fmt.Sprintf("%s/%s", sizeName(size), alg), func(b *testing.B) {
+				comms := tcpWorld(b, 2, 1, Options{Algorithm: alg})
+				run := tcpBenchOp(kAllReduce, size, comms)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				commtest.Must(b, 2, nil, func(r int) error {
+					for range b.N {
+						if err := run(r); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
