@@ -19,7 +19,8 @@ var gemmBF16Level = func() *gemmLevel {
 // KiB, and a panel of A 12 KiB.
 var gemmBF16AVX512 = gemmLevel{
 	mr: 12, nr: 32, kc: 512, mc: 1536, nc: 384, minSplit: 64, minParallel: gemmMinParallel,
-	bf16: &bf16Ops{kern: kernBF16AVX512, pairs: packPairs, pairsT: packPairsT, pairs16: packPairs16, pairsT16: packPairsT16},
+	bf16: &bf16Ops{kern: kernBF16AVX512, pairs: packPairs, pairsT: packPairsT, pairs16: packPairs16, pairsT16: packPairsT16,
+		pairsPanels: packPairsPanels},
 }
 
 // kernBF16AVX512 checks the bounds of a 12×32 tile (three checks per call
@@ -93,6 +94,23 @@ func packPairsT16(dst []uint32, dstw int, src []uint16, ld, rows, kb int) int {
 	packPairsT16AVX512(&dst[0], dstw, &src[0], ld, blocks)
 	return 32 * blocks
 }
+
+// packPairsPanels packs the kb/2 whole pairs of panels whole 12-row
+// panels of A transposed (panel p from column 12p of src), kp pairs apart
+// in dst.
+func packPairsPanels(dst []uint32, src []float32, ld, kb, panels, kp int) int {
+	pairs := kb / 2
+	if pairs == 0 || panels == 0 {
+		return 0
+	}
+	_ = src[(2*pairs-1)*ld+12*panels-1]
+	_ = dst[(panels-1)*kp*12+pairs*12-1]
+	packPairsPanelsAVX512(&dst[0], &src[0], ld, pairs, panels, kp*12*4)
+	return 2 * pairs
+}
+
+//go:noescape
+func packPairsPanelsAVX512(dst *uint32, src *float32, ld, pairs, panels, pstride int)
 
 //go:noescape
 func packPairs16AVX512(dst *uint32, src *uint16, ld, pairs int, load uint32)

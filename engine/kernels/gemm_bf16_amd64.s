@@ -242,6 +242,56 @@ pdone:
 	VZEROUPPER
 	RET
 
+// packPairsPanelsAVX512 packs panels 12-row panels of A transposed (k
+// down the rows): for q < pairs, pair q of panel p, the pair (src[2q*ld+
+// 12p+r], src[(2q+1)*ld+12p+r]) rounded to bfloat16, at dst[p*pstride/4 +
+// q*12 + r], r < 12. Pair by pair across the panels, so that it reads
+// each row of A in order, where packPairsAVX512 walks one panel's 12
+// columns down kb rows (strided reads, most cache lines fetched for
+// 12 of their 16 floats).
+// func packPairsPanelsAVX512(dst *uint32, src *float32, ld, pairs, panels, pstride int)
+TEXT ·packPairsPanelsAVX512(SB), NOSPLIT, $0-48
+	MOVQ      dst+0(FP), DI
+	MOVQ      src+8(FP), SI
+	MOVQ      ld+16(FP), R11
+	MOVQ      pairs+24(FP), CX
+	MOVQ      panels+32(FP), BX
+	MOVQ      pstride+40(FP), R12
+	MOVL      $0xfff, AX
+	KMOVW     AX, K1
+	VMOVDQU64 bf16Interleave<>(SB), Z31
+	SHLQ      $2, R11
+	TESTQ     CX, CX
+	JZ        ppdone
+	TESTQ     BX, BX
+	JZ        ppdone
+
+pppair:
+	MOVQ SI, R8
+	LEAQ (SI)(R11*1), R9
+	MOVQ DI, R10
+	MOVQ BX, R13
+
+pppanel:
+	VMOVUPS.Z (R8), K1, Z0
+	VMOVUPS.Z (R9), K1, Z1
+	CVT2BF16(0, 1, 2)
+	VPERMW    Z2, Z31, Z2
+	VMOVDQU32 Z2, K1, (R10)
+	ADDQ      $48, R8
+	ADDQ      $48, R9
+	ADDQ      R12, R10
+	DECQ      R13
+	JNZ       pppanel
+	LEAQ      (SI)(R11*2), SI
+	ADDQ      $48, DI
+	DECQ      CX
+	JNZ       pppair
+
+ppdone:
+	VZEROUPPER
+	RET
+
 // packPairsTAVX512 packs operands whose k runs along the rows (A as
 // stored, or B transposed): for the first 32·blocks elements of rows r <
 // rows (12 or 16; rows 12-15 count as zero when rows is 12), dst[q*dstw+r]

@@ -37,6 +37,11 @@ type bf16Ops struct {
 	// (they do nothing for other widths).
 	pairs16  func(dst []uint32, dstw int, src []uint16, ld, kb, cols int) int
 	pairsT16 func(dst []uint32, dstw int, src []uint16, ld, rows, kb int) int
+	// pairsPanels, if not nil, packs whole pairs of panels whole panels
+	// of A transposed (panel p from column p·mr of src), kp pairs apart
+	// in dst, reading each row once across them; it returns how much of
+	// k it did, an even number.
+	pairsPanels func(dst []uint32, src []float32, ld, kb, panels, kp int) int
 }
 
 // gemmKC is the k block of a multiply of depth k at lv: k cut into as few
@@ -84,9 +89,7 @@ func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
 	for p0 := 0; p0 < s.k; p0 += s.kc {
 		kb := min(s.kc, s.k-p0)
 		kp := (kb + 1) / 2
-		for i := i0; i < i1; i += mr {
-			s.packBF16A(buf, buf.ap[(i-i0)/mr*kp*mr:][:kp*mr], i, min(mr, i1-i), p0, kb)
-		}
+		s.packBF16ABlock(buf, i0, i1, p0, kb)
 		beta := s.beta
 		if p0 > 0 {
 			beta = 1
@@ -112,6 +115,27 @@ func (s *sgemmCall) chunkBF16(buf *gemmBuf, i0, i1, j0, j1 int) {
 				}
 			}
 		}
+	}
+}
+
+// packBF16ABlock packs rows i0..i1 and columns p0..p0+kb of op(A) into
+// buf.ap, panel after panel: whole panels of a transposed A across all of
+// them at once where the level can (pairsPanels), the rest one by one.
+func (s *sgemmCall) packBF16ABlock(buf *gemmBuf, i0, i1, p0, kb int) {
+	mr, ops := s.lv.mr, s.lv.bf16
+	kp := (kb + 1) / 2
+	i := i0
+	if s.transA && ops.pairsPanels != nil {
+		full := (i1 - i0) / mr
+		src := s.a[p0*s.lda+i0:]
+		done := ops.pairsPanels(buf.ap, src, s.lda, kb, full, kp)
+		for q := range full { // a lone last element of k
+			packPairsGo(buf.ap[q*kp*mr:][:kp*mr], mr, src[q*mr:], s.lda, done, kb, mr)
+		}
+		i += full * mr
+	}
+	for ; i < i1; i += mr {
+		s.packBF16A(buf, buf.ap[(i-i0)/mr*kp*mr:][:kp*mr], i, min(mr, i1-i), p0, kb)
 	}
 }
 

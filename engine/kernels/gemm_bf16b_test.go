@@ -154,3 +154,33 @@ func TestGemmBF16BPanics(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmBF16PairsPanels compares the level's packer of whole panels of
+// A transposed with the portable one run panel by panel, on the special
+// values of TestGemmBF16Packers, k with and without a rest.
+func TestGemmBF16PairsPanels(t *testing.T) {
+	if gemmBF16Level == nil {
+		t.Skip("no AVX-512 BF16 on this CPU")
+	}
+	ops := gemmBF16Level.bf16
+	rng := rand.New(rand.NewPCG(27, 28))
+	specials := []uint32{0x3f808000, 0x3f818000, 0x7f7fffff, 0x7f800001, 0x7fc00000, 0x00400000, 0x807fffff, 0xff800000}
+	const ld, panels = 41, 3
+	src := make([]float32, 70*ld)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64())
+		if rng.IntN(8) == 0 {
+			src[i] = math.Float32frombits(specials[rng.IntN(len(specials))])
+		}
+	}
+	for _, kb := range []int{1, 2, 7, 64, 69} {
+		kp := (kb + 1) / 2
+		got, want := make([]uint32, panels*kp*12+5), make([]uint32, panels*kp*12+5)
+		done := ops.pairsPanels(got, src[1:], ld, kb, panels, kp)
+		for p := range panels {
+			packPairsGo(got[p*kp*12:][:kp*12], 12, src[1+p*12:], ld, done, kb, 12)
+			packPairsGo(want[p*kp*12:][:kp*12], 12, src[1+p*12:], ld, 0, kb, 12)
+		}
+		comparePacked(t, fmt.Sprintf("pairsPanels/k%d", kb), got, want)
+	}
+}
