@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gtrain/gtrain/engine/ckpt"
 	"github.com/gtrain/gtrain/engine/train"
 	"github.com/gtrain/gtrain/internal/atomicfile"
 	"github.com/gtrain/gtrain/internal/rankenv"
@@ -125,16 +126,83 @@ type jobRecord struct {
 // restarted, evicted or preempted) starts the same command, whose ranks
 // then resume from the job's newest checkpoint (worker --resume-if-any),
 // and the manifest the user wrote once needs no other flag for it.
+//
+// A job started again on another number of nodes keeps the global batch
+// its checkpoint was trained with (resumeGlobal), as an elastic restart
+// within one run does: no node has the rounds' state then.
 func (j *Job) PerNodePlanner(o PlanOptions) func(context.Context, launch.World) (launch.Planned, error) {
-	plan := j.Planner(o)
+	pl := &attemptPlanner{job: j, o: o, cur: j.Spec, speed: o.Speed}
 	return func(ctx context.Context, w launch.World) (launch.Planned, error) {
 		if len(w.Hosts) > 0 && w.Hosts[0].Local {
 			if err := j.recordRunDir(ctx); err != nil {
 				return launch.Planned{}, err
 			}
 		}
-		return plan(ctx, w)
+		var from *resumedRun
+		if w.State == "" && pl.global == 0 {
+			var err error
+			if from, err = pl.resumeGlobal(ctx, w.Size); err != nil {
+				return launch.Planned{}, err
+			}
+		}
+		out, err := pl.carried(ctx, w)
+		switch {
+		case from == nil:
+		case err != nil:
+			err = fmt.Errorf("run: %s was trained with a global batch of %d sequences, which the job started again keeps: %w; or start the job afresh with another --rdzv-id", from.dir, from.global, err)
+		default:
+			note := fmt.Sprintf("resuming %s (written by %d ranks) on %d: the global batch stays %d sequences, as the run being resumed trained",
+				from.dir, from.world, w.Size, from.global)
+			out.Notes = append([]string{note}, out.Notes...)
+		}
+		return out, err
 	}
+}
+
+// resumedRun is the checkpoint a per-node job started again resumes from,
+// where it sets the job's global batch (resumeGlobal).
+type resumedRun struct {
+	dir    string // the step directory
+	world  int    // the ranks that wrote it
+	global int    // the sequences per step it was trained with
+}
+
+// resumeGlobal starts p, which has planned nothing yet and has no state
+// from the rounds, from the global batch of the checkpoint the ranks will
+// resume from (the newest valid one, as worker --resume-if-any takes),
+// where the job's own spec would train another on world ranks: the job
+// was started again by its scheduler on another number of nodes, and
+// trains on as the run being resumed did (DeepSpeed's train_batch_size
+// stays too). Every node reads the run directory they share, which no
+// rank writes to while the job is started again, so all plan alike. It
+// returns that checkpoint, nil when nothing changes.
+func (p *attemptPlanner) resumeGlobal(ctx context.Context, world int) (*resumedRun, error) {
+	dir := p.job.Spec.Checkpoint.Dir
+	c, err := ckpt.Latest(ctx, dir, nil)
+	switch {
+	case errors.Is(err, ckpt.ErrNoCheckpoint):
+		return nil, nil // a fresh start: the first world's global batch
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	case err != nil:
+		return nil, fmt.Errorf("run: read the checkpoint to resume from, for its global batch: %w; set checkpoint.dir to a directory every node shares and can read", err)
+	}
+	var was train.Spec
+	if err := json.Unmarshal(c.Manifest.Job, &was); err != nil {
+		return nil, fmt.Errorf("run: %s: job spec in manifest: %w; resume from another checkpoint (see `gtrain ckpt ls %s`)", c.Dir, err, dir)
+	}
+	g, err := train.GlobalBatch(was, c.Manifest.Layout.World)
+	if err != nil {
+		return nil, fmt.Errorf("run: %s: the global batch it was trained with: %w", c.Dir, err)
+	}
+	if own, err := train.GlobalBatch(p.job.Spec, world); err == nil && own == g {
+		return nil, nil
+	}
+	// Refit keeps the accumulation the checkpoint ran where it can: the
+	// same micro-steps see the data the uninterrupted run's would.
+	p.global, p.first = g, c.Manifest.Layout.World
+	p.cur.Batch.GradAccum = was.Batch.GradAccum
+	return &resumedRun{dir: c.Dir, world: c.Manifest.Layout.World, global: g}, nil
 }
 
 // recordRunDir checks that the job's checkpoint directory holds this

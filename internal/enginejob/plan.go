@@ -114,7 +114,7 @@ func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, 
 			return p.autoSpec(w, hosts, notes)
 		}
 	}
-	if w.Size == p.first && w.Attempt == 0 {
+	if w.Attempt == 0 && p.ownGlobal(w.Size) {
 		return nil, nil
 	}
 	spec, err := train.Refit(p.cur, w.Size, p.global)
@@ -125,6 +125,15 @@ func (p *attemptPlanner) specFor(w launch.World, notes *[]string) (*train.Spec, 
 	*notes = append(*notes, fmt.Sprintf("attempt %d runs on %d ranks: tp %d × pp %d × dp %d, micro_batch %d × grad_accum %d, the global batch stays %d sequences",
 		w.Attempt, w.Size, max(q.TP, 1), max(q.PP, 1), q.DP, spec.Batch.MicroBatch, spec.Batch.GradAccum, p.global))
 	return &spec, nil
+}
+
+// ownGlobal says whether the job's own spec trains the planned global
+// batch on world ranks, so that a first attempt runs it as it is: a
+// fresh job's first world always does; a job resumed on another world
+// (resumeGlobal) may not.
+func (p *attemptPlanner) ownGlobal(world int) bool {
+	g, err := train.GlobalBatch(p.job.Spec, world)
+	return err == nil && g == p.global
 }
 
 // autoSpec is the spec laid out for w from what its hosts reported
