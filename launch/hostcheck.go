@@ -90,6 +90,11 @@ type HostCheck struct {
 	// Getenv reads the Slurm allocation's variables for --hostfile slurm;
 	// nil is os.Getenv.
 	Getenv func(string) string
+	// Launcher is --launcher: how CheckHostfile reaches the hosts, as
+	// gtrain run starts its agents (auto: srun on the Slurm allocation's
+	// nodes, else SSH; "" is auto).
+	Launcher string
+	Srun     *Srun // when set, every host but this machine is reached by srun, not SSH (hostcheck_srun.go)
 }
 
 // HostsOf returns nodes as a Job numbers them, for commands that need the
@@ -118,6 +123,9 @@ func (hc *HostCheck) CheckHostfile(ctx context.Context, path string, filter host
 	nodes, err := hostfiles.Select(hosts, filter)
 	if err != nil {
 		return nil, &usage.Error{Err: err}
+	}
+	if err := hc.useLauncher(path, getenv); err != nil {
+		return nil, err
 	}
 	reports := hc.Check(ctx, HostsOf(nodes))
 	if ctx.Err() != nil {
@@ -167,11 +175,12 @@ func (hc *HostCheck) Check(ctx context.Context, hosts []Host) []HostReport {
 // hostProbe is one host being checked.
 type hostProbe struct {
 	HostReport
-	host   Host
-	target sshTarget
-	client *ssh.Client
-	sh     shellFunc // nil when the host could not be reached
-	errs   []string
+	host      Host
+	target    sshTarget
+	client    *ssh.Client
+	sh        shellFunc // nil when the host could not be reached
+	errs      []string
+	srunLocal net.Addr // srun: this machine's address toward the host; nil when unknown
 }
 
 func (p *hostProbe) fail(err error) { p.errs = append(p.errs, err.Error()) }
@@ -190,6 +199,10 @@ func (hc *HostCheck) probe(ctx context.Context, p *hostProbe) {
 		p.Reach, p.Auth, p.HostKey = passed("local"), passed("local"), passed("local")
 		p.sh = localShell
 		hc.facts(ctx, p)
+		return
+	}
+	if hc.Srun != nil {
+		hc.probeSrun(ctx, p)
 		return
 	}
 	s := hc.SSH
@@ -290,7 +303,7 @@ type gtrainFound struct {
 // findGtrain looks for the gtrain a run would start: --remote-gtrain, else
 // the cache entry for this binary that (*SSH).remoteGtrain uses (same path).
 func (hc *HostCheck) findGtrain(ctx context.Context, p *hostProbe) (gtrainFound, error) {
-	bin := hc.SSH.Config.RemoteGtrain
+	bin := hc.gtrainPath()
 	expr := shellQuote(bin)
 	if bin == "" {
 		_, hash, err := hc.SSH.self()
@@ -329,6 +342,9 @@ func (hc *HostCheck) judgeGtrain(p *hostProbe, gt gtrainFound, err error) error 
 		return fmt.Errorf("check: gtrain on %s: %w", p.Host, err)
 	case gt.present:
 		p.Gtrain = passed("")
+	case hc.Srun != nil:
+		p.Gtrain = failed("not found")
+		return fmt.Errorf("check: gtrain on %s: %s: not found there: srun starts gtrain from this path on every node (Slurm clusters share a file system): install it at a path every node sees", p.Host, hc.Srun.Exe)
 	case hc.SSH.Config.RemoteGtrain != "":
 		p.Gtrain = failed("not found")
 		return fmt.Errorf("check: gtrain on %s: --remote-gtrain %s: not found there", p.Host, hc.SSH.Config.RemoteGtrain)
@@ -375,6 +391,9 @@ func (hc *HostCheck) checkMaster(ctx context.Context, probes []*hostProbe) {
 // at. When node 0 is this machine, it listens there until stop.
 func (hc *HostCheck) masterEndpoint(probes []*hostProbe) (host string, port int, stop func(), err error) {
 	m := probes[0]
+	if !m.Local && hc.Srun != nil {
+		return "", 0, func() {}, errors.New("node 0 is not this machine: srun has no port of it to try")
+	}
 	if !m.Local {
 		host = m.target.HostName
 		if m.client != nil {
@@ -383,8 +402,8 @@ func (hc *HostCheck) masterEndpoint(probes []*hostProbe) (host string, port int,
 		return host, m.target.Port, func() {}, nil
 	}
 	for _, p := range probes {
-		if !p.Local && p.client != nil {
-			host = hostOnly(p.client.LocalAddr())
+		if a := p.localAddr(); !p.Local && a != nil {
+			host = hostOnly(a)
 			break
 		}
 	}

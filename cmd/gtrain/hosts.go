@@ -26,6 +26,7 @@ type HostsCheckOptions struct {
 	Hostfile string
 	Filter   hostfiles.Filter
 	SSH      launch.SSHConfig
+	Launcher string // how the hosts are reached: auto, ssh or srun
 	Output   string // text or json
 }
 
@@ -57,10 +58,18 @@ NVLink, hosts that differ). A host whose gtrain is not there yet has its
 GPUs counted with nvidia-smi -L. Hosts that are this machine are checked
 without SSH. Nothing is started or copied.
 
+Inside a Slurm allocation, --hostfile slurm reaches the nodes as gtrain run
+starts its agents there (--launcher auto): with srun, one job step for each
+check, not SSH; REACH is then the step starting on the node, AUTH and HOST
+KEY do not apply, and gtrain must be at this gtrain's path on every node.
+--launcher srun does so for any hostfile's hosts of the allocation, and
+--launcher ssh uses SSH even there.
+
 Exits 0 when every host is ready, 1 when one is not. The SSH flags are those of
 gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
 		Example: `  gtrain hosts check --hostfile hosts.txt
-  gtrain hosts check --hostfile hosts.txt --exclude worker-3 --ssh-timeout 3s -o json`,
+  gtrain hosts check --hostfile hosts.txt --exclude worker-3 --ssh-timeout 3s -o json
+  gtrain hosts check --hostfile slurm   # in an sbatch script or salloc: over srun`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return checkF(cmd.Context(), opts)
@@ -70,6 +79,7 @@ gtrain run, and like them may come from GTRAIN_* variables or the config file.`,
 	f := cmd.Flags()
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "check")
 	addSSHFlags(f, &opts.SSH)
+	addReachFlag(f, &opts.Launcher)
 	addOutputFlag(f, &opts.Output, "one document with every host's checks")
 	return cmd
 }
@@ -97,6 +107,12 @@ func addSSHFlags(f *pflag.FlagSet, c *launch.SSHConfig) {
 	f.StringVar(&c.RemoteGtrain, "remote-gtrain", "", "gtrain's path on the hosts (default: this binary, copied by gtrain run to ~/.cache/gtrain there)")
 }
 
+// addReachFlag adds --launcher to the commands that reach hosts without
+// running a job, choosing as gtrain run's does.
+func addReachFlag(f *pflag.FlagSet, launcher *string) {
+	f.StringVar(launcher, "launcher", launch.LauncherAuto, "how the hosts are reached: auto (srun on a Slurm allocation's nodes, else ssh), ssh, srun")
+}
+
 // hostsCheckRun checks the hosts (launch.HostCheck.CheckHostfile) and
 // prints the reports.
 func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
@@ -106,7 +122,7 @@ func hostsCheckRun(ctx context.Context, o *HostsCheckOptions) error {
 	case o.SSH.ConnectTimeout <= 0:
 		return usage.Errorf("hosts check: --ssh-timeout %v: must be positive", o.SSH.ConnectTimeout)
 	}
-	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: onceEach(o.IO.Err)}, Version: buildVersion()}
+	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: onceEach(o.IO.Err)}, Version: buildVersion(), Launcher: o.Launcher}
 	reports, err := hc.CheckHostfile(ctx, o.Hostfile, o.Filter)
 	if err != nil {
 		return err

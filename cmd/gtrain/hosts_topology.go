@@ -21,6 +21,7 @@ type HostsTopologyOptions struct {
 	Hostfile string // none: this machine
 	Filter   hostfiles.Filter
 	SSH      launch.SSHConfig
+	Launcher string // how the hosts are reached: auto, ssh or srun
 	Output   string // text or json
 	Matrix   bool
 }
@@ -36,8 +37,9 @@ func NewCmdHostsTopology(ios *IOStreams, runF func(context.Context, *HostsTopolo
 		Use:   "topology [--hostfile FILE] [flags]",
 		Short: "Write the detected cluster as a --topology file, or each host's GPU matrix",
 		Long: `Detect the hardware of every host of the hostfile (gtrain hosts detect there,
-over SSH as hosts check does; this machine alone without --hostfile) and write
-the cluster as the planner sees it: with -o json, the file gtrain plan
+reached as hosts check reaches them: over SSH, or with srun on a Slurm
+allocation's nodes, --launcher; this machine alone without --hostfile) and
+write the cluster as the planner sees it: with -o json, the file gtrain plan
 --topology reads. Hosts that differ are planned as the weakest, with a
 warning on stderr; hosts with unequal GPU counts, or a GPU the planner's
 catalog lacks, are refused with the reason. Hosts without GPUs are the
@@ -56,6 +58,7 @@ built-in engine's CPU ranks, one per NUMA node.
 	f := cmd.Flags()
 	addHostfileFlags(f, &opts.Hostfile, &opts.Filter, "detect")
 	addSSHFlags(f, &opts.SSH)
+	addReachFlag(f, &opts.Launcher)
 	addOutputFlag(f, &opts.Output, "the planner's topology, the file plan --topology reads")
 	f.BoolVar(&opts.Matrix, "matrix", false, "print each host's GPU matrix as nvidia-smi topo -m does")
 	return cmd
@@ -93,7 +96,7 @@ func detectedHosts(ctx context.Context, o *HostsTopologyOptions) ([]hostinfo.Hos
 	if o.Hostfile == "" {
 		return []hostinfo.Host{detect.Local(ctx)}, nil
 	}
-	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: onceEach(o.IO.Err)}, Version: buildVersion()}
+	hc := &launch.HostCheck{SSH: &launch.SSH{Config: o.SSH, Warn: onceEach(o.IO.Err)}, Version: buildVersion(), Launcher: o.Launcher}
 	reports, err := hc.CheckHostfile(ctx, o.Hostfile, o.Filter)
 	if err != nil {
 		return nil, err
