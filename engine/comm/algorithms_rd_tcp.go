@@ -14,10 +14,11 @@ package comm
 // Options.ChunkBytes), so a rank on either path interoperates.
 
 // tcpLink returns the link to peer when it is a TCP link of one
-// connection (a striped one keeps the two-goroutine exchange).
+// connection, on a descriptor of its own (tcp_fd.go); a striped one keeps
+// the two-goroutine algorithms.
 func (o *opState) tcpLink(peer int) (*tcpConn, bool) {
 	l, ok := o.c.conns[peer].(*tcpConn)
-	if !ok || len(l.ncs) != 1 {
+	if !ok || l.sock < 0 {
 		return nil, false
 	}
 	return l, true

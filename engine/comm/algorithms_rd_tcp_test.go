@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gtrain/gtrain/engine/comm/commtest"
+	"golang.org/x/sys/unix"
 )
 
 // Recursive doubling's exchanges over TCP on one goroutine
@@ -53,10 +54,10 @@ func TestRDTCPMatrix(t *testing.T) {
 func TestRDTCPReduceWaitsForSend(t *testing.T) {
 	comms := tcpWorld(t, 2, 1, Options{Algorithm: "rd", ChunkBytes: 1 << 20, Timeout: time.Minute})
 	requireTCPLinks(t, comms)
-	if err := comms[0].conns[1].(*tcpConn).ncs[0].SetWriteBuffer(256 << 10); err != nil {
+	if err := unix.SetsockoptInt(comms[0].conns[1].(*tcpConn).sock, unix.SOL_SOCKET, unix.SO_SNDBUF, 256<<10); err != nil {
 		t.Fatal(err)
 	}
-	if err := comms[1].conns[0].(*tcpConn).ncs[0].SetReadBuffer(256 << 10); err != nil {
+	if err := unix.SetsockoptInt(comms[1].conns[0].(*tcpConn).sock, unix.SOL_SOCKET, unix.SO_RCVBUF, 256<<10); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {

@@ -12,12 +12,9 @@ package comm
 // one connection (striped links keep the two-goroutine ring).
 func (o *opState) ringLinks() (in, out *tcpConn, ok bool) {
 	p, r := o.c.size, o.c.rank
-	in, ok1 := o.c.conns[mod(r-1, p)].(*tcpConn)
-	out, ok2 := o.c.conns[mod(r+1, p)].(*tcpConn)
-	if !ok1 || !ok2 || len(in.ncs) != 1 || len(out.ncs) != 1 {
-		return nil, nil, false
-	}
-	return in, out, true
+	in, ok1 := o.tcpLink(mod(r-1, p))
+	out, ok2 := o.tcpLink(mod(r+1, p))
+	return in, out, ok1 && ok2
 }
 
 // ringTCP runs the pass rp over in (from the left) and out (to the right).

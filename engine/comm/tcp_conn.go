@@ -222,12 +222,15 @@ func tcpWatch(ctx context.Context, ncs []*net.TCPConn, set func(*net.TCPConn, ti
 	}
 }
 
-// tcpConn is one link: one or more authenticated streams to a peer.
+// tcpConn is one link: one or more authenticated streams to a peer. A
+// link of one stream runs on its socket's own descriptor, sock, outside
+// Go's network poller (tcp_fd.go); a striped one on its net.TCPConns.
 type tcpConn struct {
 	peer    int
 	addr    string
 	ncs     []*net.TCPConn
 	rds     []*bufio.Reader
+	sock    int // the descriptor of a detached stream, or -1
 	sendHdr [8]byte
 	recvHdr [8]byte
 	sendErr error // sticky; under sendMu
@@ -242,7 +245,10 @@ type tcpConn struct {
 }
 
 func newTCPConn(peer int, ncs []*net.TCPConn) *tcpConn {
-	c := &tcpConn{peer: peer, addr: ncs[0].RemoteAddr().String(), ncs: ncs}
+	c := &tcpConn{peer: peer, addr: ncs[0].RemoteAddr().String(), ncs: ncs, sock: -1}
+	if len(ncs) == 1 && c.detach() == nil {
+		return c
+	}
 	for _, nc := range ncs {
 		c.rds = append(c.rds, bufio.NewReaderSize(nc, tcpReadBuf))
 	}
@@ -255,6 +261,9 @@ func (c *tcpConn) Send(ctx context.Context, b []byte) error {
 	defer c.sendMu.Unlock()
 	if err := c.precheck(ctx, c.sendErr); err != nil {
 		return c.fail(ctx, "send", err)
+	}
+	if c.sock >= 0 {
+		return c.sendFD(ctx, b)
 	}
 	stop := tcpWatch(ctx, c.ncs, (*net.TCPConn).SetWriteDeadline)
 	linkRaceRelease() // before the bytes can reach the peer (see link_race.go)
@@ -275,6 +284,9 @@ func (c *tcpConn) Recv(ctx context.Context, b []byte) error {
 	defer c.recvMu.Unlock()
 	if err := c.precheck(ctx, c.recvErr); err != nil {
 		return c.fail(ctx, "recv", err)
+	}
+	if c.sock >= 0 {
+		return c.recvFD(ctx, b)
 	}
 	stop := tcpWatch(ctx, c.ncs, (*net.TCPConn).SetReadDeadline)
 	started, err := c.read(b)
@@ -413,6 +425,10 @@ func (c *tcpConn) Close() error {
 	var err error
 	c.once.Do(func() {
 		c.closed.Store(true)
+		if c.sock >= 0 {
+			err = c.closeFD()
+			return
+		}
 		for _, nc := range c.ncs {
 			err = errors.Join(err, nc.Close())
 		}

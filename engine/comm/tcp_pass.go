@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"syscall"
 	"time"
@@ -16,7 +15,8 @@ import (
 
 // A pass over TCP on one goroutine: the engine under the ring over TCP
 // (algorithms_ring_tcp.go) and the exchanges of recursive doubling
-// (algorithms_rd_tcp.go). With a goroutine sending and one receiving,
+// (algorithms_rd_tcp.go), on links whose stream runs on a descriptor of
+// its own (tcp_fd.go). With a goroutine sending and one receiving,
 // every chunk is a hand-off between them (a channel send that wakes the
 // other's thread) and every read that finds nothing parks in Go's network
 // poller; a 2-rank all-gather of 64 KiB spent most of its 100 µs in the
@@ -130,31 +130,7 @@ func (t *tcpPass) run() error {
 	if err := out.precheck(t.o.ctx, out.sendErr); err != nil {
 		return t.sendErr(err)
 	}
-	// The deadlines of an earlier call may have passed; this loop
-	// watches ctx itself.
-	in.ncs[0].SetReadDeadline(time.Time{})
-	out.ncs[0].SetWriteDeadline(time.Time{})
-	rcIn, err := in.ncs[0].SyscallConn()
-	if err != nil {
-		return t.recvErr(err)
-	}
-	rcOut, err := out.ncs[0].SyscallConn()
-	if err != nil {
-		return t.sendErr(err)
-	}
-	rerr := rcIn.Read(func(fdIn uintptr) bool {
-		werr := rcOut.Write(func(fdOut uintptr) bool {
-			err = t.loop(int(fdIn), int(fdOut))
-			return true
-		})
-		if werr != nil {
-			err = t.sendErr(werr)
-		}
-		return true
-	})
-	if rerr != nil {
-		err = t.recvErr(rerr)
-	}
+	err := t.loop(in.sock, out.sock)
 	if err != nil {
 		t.flushHeader()
 		t.breakLinks()
@@ -239,7 +215,7 @@ func (t *tcpPass) read(fd int) (bool, error) {
 	if t.off >= 8 {
 		iov = iov[1:]
 	}
-	m, err := t.readv(fd, iov)
+	m, err := unix.Readv(fd, iov)
 	switch {
 	case m > 0:
 	case err == syscall.EAGAIN || err == syscall.EINTR:
@@ -275,15 +251,6 @@ func (it *tcpRecvItem) target() []byte {
 		return it.t.b
 	}
 	return it.dst.b
-}
-
-// readv reads from what the link's reader already buffered (a Recv before
-// this pass may have read ahead), else from the socket.
-func (t *tcpPass) readv(fd int, iov [][]byte) (int, error) {
-	if rd := t.in.rds[0]; rd.Buffered() > 0 {
-		return rd.Read(iov[0])
-	}
-	return unix.Readv(fd, iov)
 }
 
 // advance finishes what came in, in order: stores need nothing more, a
@@ -374,9 +341,7 @@ func (t *tcpPass) flushHeader() {
 		return
 	}
 	msg := append(t.lens[:8:8], t.sends[0]...)
-	stop := tcpWatch(t.o.ctx, t.out.ncs, (*net.TCPConn).SetWriteDeadline)
-	m, _ := t.out.ncs[0].Write(msg[len(msg)-t.hdrLeft:])
-	stop()
+	m, _ := t.out.writeFD(t.o.ctx, [][]byte{msg[len(msg)-t.hdrLeft:]})
 	t.wrote += int64(m)
 	t.hdrLeft -= m
 }
