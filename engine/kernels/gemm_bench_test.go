@@ -143,9 +143,26 @@ func benchSgemmBF16(b *testing.B, lv *gemmLevel, sh gemmBenchShape, threads int)
 	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
-// BenchmarkGemmPrecision runs Sgemm and SgemmBF16 (each at the best level
-// this machine has) side by side on every shape with 1 and 2 threads:
-// GemmPrecision/<shape>/<fp32|bf16>/t<threads>.
+// benchSgemmBF16B times sgemmBF16BAt(lv, threads, ...), B in bfloat16,
+// with alpha 1 and beta 0, reporting GFLOP/s as benchSgemm does.
+func benchSgemmBF16B(b *testing.B, lv *gemmLevel, sh gemmBenchShape, threads int) {
+	x, y, z := sh.operands()
+	h := make([]uint16, len(y))
+	for i, v := range y {
+		h[i] = bf16Bits(v)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		sgemmBF16BAt(lv, threads, sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, x, sh.ld0, h, sh.ld1, 0, z, sh.ld2)
+	}
+	flops := 2 * float64(sh.m) * float64(sh.n) * float64(sh.k) * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkGemmPrecision runs Sgemm, SgemmBF16 and SgemmBF16B (B already
+// bfloat16, as the weights are), each at the best level this machine has,
+// side by side on every shape with 1 and 2 threads:
+// GemmPrecision/<shape>/<fp32|bf16|bf16w>/t<threads>.
 func BenchmarkGemmPrecision(b *testing.B) {
 	bf16 := gemmBF16Level
 	if bf16 == nil {
@@ -158,6 +175,9 @@ func BenchmarkGemmPrecision(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("%s/bf16/t%d", sh.name, threads), func(b *testing.B) {
 				benchSgemmBF16(b, bf16, sh, threads)
+			})
+			b.Run(fmt.Sprintf("%s/bf16w/t%d", sh.name, threads), func(b *testing.B) {
+				benchSgemmBF16B(b, bf16, sh, threads)
 			})
 		}
 	}
