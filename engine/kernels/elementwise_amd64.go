@@ -41,6 +41,13 @@ func lnGradOutAVX2(di, x, w, d []float32, k *[4]float32)
 //go:noescape
 func lnParamGradAVX2(dweight, dbias, d, x []float32, m, s float32)
 
+// max32AVX2 leaves in lanes the maxima of 8 lanes of x (len(x) a multiple
+// of 32), each starting from x[0]; like max32's Go loop a lane keeps its
+// maximum on a tie or a NaN.
+//
+//go:noescape
+func max32AVX2(x []float32, lanes *[8]float32)
+
 //go:noescape
 func subScalarAVX2(x []float32, c float32)
 

@@ -290,6 +290,42 @@ subDone:
 	VZEROUPPER
 	RET
 
+// func max32AVX2(x []float32, lanes *[8]float32)
+//
+// Four accumulators of 8 lanes, 32 elements a step. VMAXPS Ym, Yv, Ym is
+// v > m ? v : m, as max32's Go loop compares: a tie or a NaN keeps m.
+TEXT ·max32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         x_base+0(FP), SI
+	MOVQ         x_len+8(FP), CX
+	MOVQ         lanes+24(FP), DI
+	VBROADCASTSS (SI), Y0
+	VMOVAPS      Y0, Y1
+	VMOVAPS      Y0, Y2
+	VMOVAPS      Y0, Y3
+	SHRQ         $5, CX
+	JZ           maxDone
+
+maxLoop:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VMAXPS  Y0, Y4, Y0
+	VMAXPS  Y1, Y5, Y1
+	VMAXPS  Y2, Y6, Y2
+	VMAXPS  Y3, Y7, Y3
+	ADDQ    $128, SI
+	DECQ    CX
+	JNZ     maxLoop
+
+maxDone:
+	VMAXPS  Y1, Y0, Y0
+	VMAXPS  Y3, Y2, Y2
+	VMAXPS  Y2, Y0, Y0
+	VMOVUPS Y0, (DI)
+	VZEROUPPER
+	RET
+
 // func mulScalarAVX2(x []float32, c float32)
 TEXT ·mulScalarAVX2(SB), NOSPLIT, $0-28
 	MOVQ x_base+0(FP), SI

@@ -130,8 +130,29 @@ func sum64(x []float32) float64 {
 // compares rather than calling the max builtin, whose NaN and signed-zero
 // rules cost several instructions per element, and keeps four running
 // maxima for the same reason sum32 keeps four sums. A NaN in x may or may
-// not be returned; the kernels' outputs are NaN either way.
+// not be returned; the kernels' outputs are NaN either way. From 32
+// elements on, the AVX2 loop takes the maxima of 32 lanes at once: a
+// maximum is the same value in any order (unlike sum32's and dot32's
+// sums, which stay in Go), up to the sign of a zero maximum, which
+// neither x - max nor exp(x - max) can tell.
 func max32(x []float32) float32 {
+	if useAVX2Elem && len(x) >= 32 {
+		var lanes [8]float32
+		n := len(x) &^ 31
+		max32AVX2(x[:n], &lanes)
+		m := max(lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6], lanes[7])
+		for _, v := range x[n:] {
+			if v > m {
+				m = v
+			}
+		}
+		return m
+	}
+	return max32Go(x)
+}
+
+// max32Go is max32 without the vector loop.
+func max32Go(x []float32) float32 {
 	m0 := x[0]
 	m1, m2, m3 := m0, m0, m0
 	i := 0
