@@ -237,7 +237,7 @@ type tcpConn struct {
 	recvErr error // sticky; under recvMu
 	closed  atomic.Bool
 	once    sync.Once
-	wait    tcpWaitConfig // how the ring over TCP waits on this link
+	wait    tcpWaitConfig // how a pass over TCP waits on this link
 	spinBo  tcpBackoff    // and how its waits went; under recvMu
 	// sendMu and recvMu order successive calls from different goroutines
 	// (the Conn contract allows one of each at a time, not a fixed one).

@@ -10,11 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// How the ring over TCP (algorithms_ring_tcp.go) waits when neither of its
-// sockets can move: first it may keep looking without sleeping for up to
-// TCPConfig.SpinWait, giving the CPU away between looks (runtime.Gosched
-// to this rank's other goroutines, sched_yield to another thread or
-// process that wants this core), then it sleeps in poll(2). This is Open
+// How a pass over TCP (tcp_pass.go: the ring, rd's exchanges) waits when
+// neither of its sockets can move: first it may keep looking without
+// sleeping for up to TCPConfig.SpinWait, giving the CPU away between
+// looks (runtime.Gosched to this rank's other goroutines, sched_yield to
+// another thread or process that wants this core), then it sleeps in
+// poll(2). This is Open
 // MPI's tcp btl under --oversubscribe (it polls its sockets without
 // blocking and yields between polls), bounded. A thread asleep in poll(2)
 // is woken for every segment that lands, and on this Firecracker VM a
