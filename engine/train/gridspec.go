@@ -134,6 +134,14 @@ func fitDP(spec Spec, env Env) (Spec, error) {
 	return spec, nil
 }
 
+// FitDP is spec with parallel.dp resolved for a run of world ranks as
+// the ranks resolve it when they resume (fitDP): dp 0 becomes every
+// replica, and another dp is resharded, the micro-batch rescaled to keep
+// the global batch. The launcher names the layout the ranks run with it.
+func FitDP(spec Spec, world int) (Spec, error) {
+	return fitDP(spec, Env{World: world, Resume: true})
+}
+
 // CheckLayout refuses, before any rank starts, a spec whose tp × pp and dp
 // do not fit a run of world ranks: the error each rank would give at
 // setup (fitDP), as a usage error. A resume may change dp (the micro-batch

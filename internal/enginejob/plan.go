@@ -97,11 +97,13 @@ func (p *attemptPlanner) told(spec train.Spec, world int) {
 }
 
 // ResolveDP is spec with dp resolved as the engine resolves it on world
-// ranks: dp 0 is every replica of tp × pp. A world tp × pp does not
-// divide leaves it as it is (the engine refuses it).
+// ranks (train.FitDP): dp 0 is every replica of tp × pp, and a
+// checkpoint's dp of another world is resharded, the micro-batch rescaled
+// to keep the global batch, as a resume on other hosts does. A world the
+// engine refuses leaves spec as it is.
 func ResolveDP(spec train.Spec, world int) train.Spec {
-	if mp := spec.Parallel.ModelParallel(); spec.Parallel.DP == 0 && world > 0 && world%mp == 0 {
-		spec.Parallel.DP = world / mp
+	if s, err := train.FitDP(spec, world); err == nil {
+		return s
 	}
 	return spec
 }
