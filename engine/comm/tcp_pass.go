@@ -189,7 +189,7 @@ func (t *tcpPass) write(fd int) (bool, error) {
 	}
 	wq := tcpLimit(t.wq, tcpWriteMax)
 	linkRaceRelease() // before the bytes can reach the peer (see link_race.go)
-	m, err := unix.Writev(fd, wq)
+	m, err := writev(fd, wq)
 	switch {
 	case m > 0:
 		t.wrote += int64(m)
