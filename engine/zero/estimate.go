@@ -33,7 +33,9 @@ func Estimate(cfg Config, mcfg model.Config, ranks, rank int) Memory {
 // estimateBuffers bounds the pool (see pool): the units the model holds at
 // once in fp32 (the embedding, which the tied output layer uses again at
 // the end, and a block with the next one prefetched), decoded from the
-// working type or gathered (stage 3); backward's gradient scratch in fp32
+// working type or gathered (stage 3) — with bf16 parameters only the last
+// unit (the final layer norm) is decoded, the model multiplying by the
+// bf16 ones as they are (WeightsBF16); backward's gradient scratch in fp32
 // when gradients are kept in 16 bits; and at stages 2–3 the buckets in flight
 // and the parts of them received to accumulate.
 func estimateBuffers(cfg Config, units []model.Unit, part Partition) int64 {
@@ -48,7 +50,10 @@ func estimateBuffers(cfg Config, units []model.Unit, part Partition) int64 {
 	held := emb + 2*block
 	ps, gs := int64(cfg.Params.Size()), int64(cfg.Grads.Size())
 	var b int64
-	if cfg.Params != comm.Float32 || cfg.Stage == 3 {
+	switch {
+	case cfg.Params == comm.BFloat16:
+		b += int64(units[len(units)-1].Size) * 4
+	case cfg.Params != comm.Float32 || cfg.Stage == 3:
 		b += held * 4
 	}
 	if cfg.Stage == 3 {
