@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,20 +160,7 @@ func TestJobInfoLayoutDP0(t *testing.T) {
 // micro_batch 2 — always in one series, the label changing, as an info
 // metric's must. The label was the job file's throughout ("dp 0").
 func TestJobInfoLayoutReplanned(t *testing.T) {
-	j, err := enginejob.Fresh(t.Context(), enginejob.Options{Dir: t.TempDir(), PerNode: true, RunID: "replanned", Ranks: 1,
-		Sets: []string{"model.preset=test", "steps=3", "batch.micro_batch=3"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Release()
-	layout := &attemptLayout{}
-	plan := j.Planner(enginejob.PlanOptions{Layout: layout.planned})
-	exp, err := launch.ServeMetrics("127.0.0.1:0", "replanned", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exp.Close()
-	layout.serve(exp)
+	plan, exp := replannedJob(t, t.Context())
 	page := func() string {
 		resp, err := http.Get("http://" + exp.Addr().String() + "/metrics")
 		if err != nil {
@@ -219,20 +204,7 @@ func TestJobInfoLayoutPrometheus(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a backstop
 	defer cancel()
-	j, err := enginejob.Fresh(ctx, enginejob.Options{Dir: t.TempDir(), PerNode: true, RunID: "replanned", Ranks: 1,
-		Sets: []string{"model.preset=test", "steps=3", "batch.micro_batch=3"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Release()
-	layout := &attemptLayout{}
-	plan := j.Planner(enginejob.PlanOptions{Layout: layout.planned})
-	exp, err := launch.ServeMetrics("127.0.0.1:0", "replanned", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exp.Close()
-	layout.serve(exp)
+	plan, exp := replannedJob(t, ctx)
 	prom := startPrometheus(t, ctx, bin, exp.Addr().String())
 	for _, a := range []struct {
 		attempt, world int
@@ -258,25 +230,31 @@ func TestJobInfoLayoutPrometheus(t *testing.T) {
 // layouts are the layout labels of the series an instant query returns.
 func (p *prometheus) layouts(t *testing.T, query string) []string {
 	t.Helper()
-	resp, err := http.Get(p.api + "/api/v1/query?query=" + url.QueryEscape(query))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string `json:"status"`
-		Data   struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&r); err != nil || r.Status != "success" {
-		t.Fatalf("query %s: status %q, %v", query, r.Status, err)
-	}
 	var out []string
-	for _, res := range r.Data.Result {
+	for _, res := range p.query(t, query) {
 		out = append(out, res.Metric["layout"])
 	}
 	return out
+}
+
+// replannedJob prepares a per-node engine job of micro_batch 3 (dp 0)
+// whose planning hook names each attempt's layout to an exporter on
+// loopback, as the per-node launcher wires them; both end with the test.
+func replannedJob(t *testing.T, ctx context.Context) (func(context.Context, launch.World) (launch.Planned, error), *launch.MetricsExporter) {
+	t.Helper()
+	j, err := enginejob.Fresh(ctx, enginejob.Options{Dir: t.TempDir(), PerNode: true, RunID: "replanned", Ranks: 1,
+		Sets: []string{"model.preset=test", "steps=3", "batch.micro_batch=3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(j.Release)
+	layout := &attemptLayout{}
+	plan := j.Planner(enginejob.PlanOptions{Layout: layout.planned})
+	exp, err := launch.ServeMetrics("127.0.0.1:0", "replanned", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exp.Close() })
+	layout.serve(exp)
+	return plan, exp
 }

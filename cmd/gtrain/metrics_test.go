@@ -195,9 +195,15 @@ type sample struct {
 	v  float64
 }
 
-// samples are the raw samples of a range selector, through /api/v1/query,
-// of its one series (none while there is none).
-func (p *prometheus) samples(t *testing.T, query string) []sample {
+// promResult is one series of an instant query's answer.
+type promResult struct {
+	Metric map[string]string `json:"metric"`
+	Values [][2]any          `json:"values"`
+}
+
+// query runs an instant query through /api/v1/query and returns its
+// series.
+func (p *prometheus) query(t *testing.T, query string) []promResult {
 	t.Helper()
 	resp, err := http.Get(p.api + "/api/v1/query?query=" + url.QueryEscape(query))
 	if err != nil {
@@ -207,20 +213,26 @@ func (p *prometheus) samples(t *testing.T, query string) []sample {
 	var r struct {
 		Status string `json:"status"`
 		Data   struct {
-			Result []struct {
-				Values [][2]any `json:"values"`
-			} `json:"result"`
+			Result []promResult `json:"result"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&r); err != nil || r.Status != "success" {
 		t.Fatalf("query %s: status %q, %v", query, r.Status, err)
 	}
-	if len(r.Data.Result) > 1 {
-		t.Fatalf("query %s: %d series, want one", query, len(r.Data.Result))
+	return r.Data.Result
+}
+
+// samples are the raw samples of a range selector, through /api/v1/query,
+// of its one series (none while there is none).
+func (p *prometheus) samples(t *testing.T, query string) []sample {
+	t.Helper()
+	res := p.query(t, query)
+	if len(res) > 1 {
+		t.Fatalf("query %s: %d series, want one", query, len(res))
 	}
 	var out []sample
-	for _, res := range r.Data.Result {
-		for _, v := range res.Values {
+	for _, r := range res {
+		for _, v := range r.Values {
 			at, _ := v[0].(float64)
 			s, _ := v[1].(string)
 			f, err := strconv.ParseFloat(s, 64)
