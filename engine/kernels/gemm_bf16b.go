@@ -1,7 +1,5 @@
 package kernels
 
-import "math"
-
 // SgemmBF16B is SgemmBF16 with B already in bfloat16: b holds the bits of
 // its elements (the high half of their float32 bits), as the working
 // parameters of mixed-precision training keep them. Arguments, threads,
@@ -57,7 +55,7 @@ func decodeBF16Matrix(buf []float32, src []uint16, rows, cols, ld int) []float32
 	for i := range rows {
 		d := buf[i*cols:][:cols]
 		for j, h := range src[i*ld:][:cols] {
-			d[j] = math.Float32frombits(uint32(canonBF16(h)) << 16)
+			d[j] = bf16Float(canonBF16(h))
 		}
 	}
 	return buf
@@ -66,7 +64,7 @@ func decodeBF16Matrix(buf []float32, src []uint16, rows, cols, ld int) []float32
 // canonBF16 is h as SgemmBF16's rounding leaves a value that is already
 // bfloat16: a subnormal becomes a zero of its sign, a NaN quiet, anything
 // else itself.
-func canonBF16(h uint16) uint16 { return bf16Bits(math.Float32frombits(uint32(h) << 16)) }
+func canonBF16(h uint16) uint16 { return bf16Bits(bf16Float(h)) }
 
 // pair16 packs elements 2q and 2q+1 of k, already bfloat16, as bf16Pair
 // packs floats.

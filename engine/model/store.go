@@ -1,6 +1,6 @@
 package model
 
-import "math"
+import "github.com/gtrain/gtrain/engine/comm"
 
 // A unit is the granule in which the engine moves parameters and their
 // gradients: unit 0 holds the embeddings (wte, wpe), unit 1+l block l, and
@@ -130,9 +130,7 @@ func (c Config) blockViewBF16(flat []uint16, vec []float32) layerWeights {
 	vector := func(n int) []float32 {
 		v := vec[:n:n]
 		vec = vec[n:]
-		for i, h := range next(n) {
-			v[i] = math.Float32frombits(uint32(h) << 16)
-		}
+		comm.DecodeBF16(v, next(n))
 		return v
 	}
 	var lw layerWeights
