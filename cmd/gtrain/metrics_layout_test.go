@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,40 +52,6 @@ checkpoint: {dir: run, every: 1000000}
 eval: {every: 0}
 threads: 1
 `
-
-// stderrLines starts cmd and returns the metrics address it announces on
-// stderr and a function giving every stderr line read so far.
-func stderrLines(t *testing.T, cmd *exec.Cmd) (string, func() string) {
-	t.Helper()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var mu sync.Mutex
-	var sb strings.Builder
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			mu.Lock()
-			sb.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if m := metricsURL.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-		close(addr)
-	}()
-	a, ok := <-addr
-	if !ok {
-		t.Fatalf("gtrain run ended without announcing its metrics address:\n%s", sb.String())
-	}
-	return a, func() string { mu.Lock(); defer mu.Unlock(); return sb.String() }
-}
 
 // TestJobInfoLayoutAuto: `gtrain run --auto --hostfile` (here a hostfile
 // of this machine, 2 slots: the agent reports its facts as any host's

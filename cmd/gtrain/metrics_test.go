@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,6 +110,15 @@ func TestPrometheusScrapesJob(t *testing.T) {
 // announces on stderr.
 func startScanningStderr(t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()
+	addr, _ := stderrLines(t, cmd)
+	return addr
+}
+
+// stderrLines starts cmd and returns the metrics address it announces on
+// stderr and a function giving every stderr line read so far; the lines
+// are echoed to the test's stderr as they come.
+func stderrLines(t *testing.T, cmd *exec.Cmd) (string, func() string) {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -116,22 +127,27 @@ func startScanningStderr(t *testing.T, cmd *exec.Cmd) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var mu sync.Mutex
+	var sb strings.Builder
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			mu.Lock()
+			sb.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			fmt.Fprintln(os.Stderr, sc.Text())
 			if m := metricsURL.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
-			fmt.Fprintln(os.Stderr, sc.Text())
 		}
 		close(addr)
 	}()
 	a, ok := <-addr
 	if !ok {
-		t.Fatal("gtrain run ended without announcing its metrics address")
+		t.Fatalf("gtrain run ended without announcing its metrics address:\n%s", sb.String())
 	}
-	return a
+	return a, func() string { mu.Lock(); defer mu.Unlock(); return sb.String() }
 }
 
 // prometheus is a running Prometheus server.
