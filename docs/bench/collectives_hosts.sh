@@ -23,6 +23,9 @@
 #   TORCH_PYTHON  a python with torch (default /usr/bin/python3)
 #   RUN_TIMEOUT   seconds before one run of one library is killed (default 900)
 #   KEEP          a directory to copy the raw results into
+#   PIN           1: every process of host I runs on CPU I (taskset), as on
+#                 real hosts, whose cores are their own; default 0 (the
+#                 kernel places them, and both hosts share every core)
 # How each library reaches both namespaces: gtrain runs once per host in
 # per-node mode (gtrain run --nnodes 2 --node-rank I, the rendezvous on host
 # 0), the ranks of a host sharing memory; mpirun runs on host 0 and starts its
@@ -52,6 +55,11 @@ for a in "$@"; do
 done
 runs=${pos[0]:-3} min=${pos[1]:-65536} max=${pos[2]:-67108864}
 rate=${RATE:-10gbit} ppns=${PPN:-1 2} iters=${ITERS:-20} warmup=${WARMUP:-5}
+pin=${PIN:-0}
+[[ $pin == 0 || $pin == 1 ]] || { echo "collectives_hosts.sh: PIN $pin: want 0 or 1" >&2 && exit 2; }
+# pinned[I]: the prefix that runs a command on host I's CPU (empty unless PIN=1).
+pinned=("" "")
+((pin)) && pinned=("taskset -c 0" "taskset -c $(($(nproc) > 1 ? 1 : 0))")
 torch_py=${TORCH_PYTHON:-/usr/bin/python3} run_timeout=${RUN_TIMEOUT:-900}
 for v in "$runs" "$min" "$max" "$warmup" "$run_timeout" $ppns "$iters"; do
 	[[ $v =~ ^[0-9]+$ ]] || { echo "collectives_hosts.sh: not a number: $v" >&2 && exit 2; }
@@ -181,7 +189,7 @@ host=\$1
 shift
 i=0
 [ "\$host" = "${ip_of[1]}" ] && i=1
-exec ip netns exec "$tag-\$i" unshare --uts sh -c "hostname h\$i && \$*"
+exec ${pinned[1]:+taskset -c \$((\$i % $(nproc)))} ip netns exec "$tag-\$i" unshare --uts sh -c "hostname h\$i && \$*"
 EOF
 		chmod +x "$tmp/nsrsh"
 	else
@@ -212,7 +220,7 @@ run_gtrain() { # NAME PPN RUN
 	port=$((port + 1))
 	for i in 0 1; do
 		start "$res/$1.gtrain.$3.node$i" "$tmp/gtrain.$i.err" env GTRAIN_RDZV_SECRET="$secret" \
-			ip netns exec "${ns[i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$i" \
+			${pinned[i]} ip netns exec "${ns[i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$i" \
 			"$GTRAIN" run --nnodes 2 --node-rank "$i" --rdzv-endpoint "${ip_of[0]}:$port" \
 			--rdzv-id "$tag-$1-$3" --local-addr "${ip_of[i]}" --nproc-per-node "$2" -- \
 			"$GTRAIN" bench collectives --collectives all_reduce,reduce_scatter,all_gather \
@@ -258,7 +266,7 @@ run_mpi() { # NAME PPN RUN
 	((${2} > 1)) && btl=self,vader,tcp
 	# shellcheck disable=SC2054 # the commas belong to the options
 	start "$res/$1.ompi.$3.jsonl" "$tmp/mpi.err" \
-		ip netns exec "${ns[0]}" unshare --uts sh -c 'hostname h0 && exec "$@"' sh \
+		${pinned[0]} ip netns exec "${ns[0]}" unshare --uts sh -c 'hostname h0 && exec "$@"' sh \
 		mpirun --allow-run-as-root --oversubscribe --bind-to none \
 		--host "${ip_of[0]}:$2,${ip_of[1]}:$2" -np $((2 * $2)) \
 		--mca plm_rsh_agent "$tmp/nsrsh" --mca btl "$btl" \
@@ -275,7 +283,7 @@ run_gloo() { # NAME PPN RUN
 		host=$((r / $2))
 		start "$([[ $r == 0 ]] && echo "$res/$1.gloo.$3.jsonl" || echo /dev/null)" "$tmp/gloo.$r.err" \
 			env RANK=$r WORLD_SIZE=$world GLOO_SOCKET_IFNAME="${dev[host]}" OMP_NUM_THREADS=1 \
-			ip netns exec "${ns[host]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$host" \
+			${pinned[host]} ip netns exec "${ns[host]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$host" \
 			"$torch_py" docs/bench/peers/collectives_gloo.py "$min" "$max" --iters "$iters" \
 			--warmup "$warmup" --init-method "tcp://${ip_of[0]}:$port"
 		pids+=("$started")
@@ -305,7 +313,7 @@ if [[ -n ${KEEP:-} ]]; then mkdir -p "$KEEP" && cp "$res"/* "$KEEP"/; fi
 # --- the tables --------------------------------------------------------------------
 cmd=docs/bench/collectives_hosts.sh
 ((${#argv[@]})) && cmd+=" ${argv[*]}"
-for v in RATE PPN ITERS WARMUP TORCH_PYTHON; do [[ -n ${!v:-} ]] && cmd="$v='${!v}' $cmd"; done
+for v in RATE PPN ITERS WARMUP PIN TORCH_PYTHON; do [[ -n ${!v:-} ]] && cmd="$v='${!v}' $cmd"; done
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 versions=("$gtrain_ver (gtrain run per node, rendezvous on h0)")
 ((want_mpi)) && versions+=("$mpi_ver (mpirun on h0, plm_rsh_agent ip netns exec, --bind-to none, btl self,tcp; self,vader,tcp with 2 ranks per host; btl_tcp_if_include the veth)")
