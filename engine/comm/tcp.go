@@ -16,6 +16,8 @@ import (
 // TCP defaults and limits.
 const (
 	DefaultTCPBufSize     = 4 << 20          // SO_SNDBUF and SO_RCVBUF
+	DefaultTCPCongestion  = "reno"           // TCP_CONGESTION of the links (see tcp_cc.go)
+	TCPCongestionSystem   = "system"         // TCPConfig.Congestion: keep the system's
 	DefaultTCPDialTimeout = 20 * time.Second // per connection, dial and handshake
 	DefaultTCPHandshakes  = 64               // incoming connections authenticating at once
 	MaxTCPConnsPerPeer    = 16               // most connections per peer
@@ -45,6 +47,12 @@ type TCPConfig struct {
 	// BufSize sets SO_SNDBUF and SO_RCVBUF (default 4 MiB); negative leaves
 	// the kernel's autotuning alone.
 	BufSize int
+	// Congestion is the TCP congestion control of the links (TCP_CONGESTION):
+	// "" is DefaultTCPCongestion, TCPCongestionSystem keeps the system's
+	// (net.ipv4.tcp_congestion_control), any other name must be one the
+	// kernel lets this process pick (net.ipv4.tcp_allowed_congestion_control).
+	// Why reno: tcp_cc.go.
+	Congestion string
 	// DialTimeout bounds dialing and authenticating one connection, on
 	// either side (default 20 s): an incoming connection that has not
 	// authenticated by then is dropped.
@@ -52,7 +60,7 @@ type TCPConfig struct {
 	// SpinWait is how long the ring over TCP keeps looking at its sockets
 	// without sleeping when neither can move, giving the CPU away between
 	// looks, before it sleeps in poll(2): at most MaxTCPSpinWait; 0 is
-	// DefaultTCPSpinWait (no spin, as measured so far: see tcp_wait.go),
+	// DefaultTCPSpinWait (200 µs, as measured: see tcp_wait.go),
 	// negative none.
 	SpinWait time.Duration
 	// MaxHandshakes caps the incoming connections authenticating at once
@@ -89,6 +97,9 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 		return c, err
 	}
 	c.SpinWait = spin
+	if c.Congestion, err = tcpCongestion(c.Congestion); err != nil {
+		return c, err
+	}
 	if c.MaxHandshakes <= 0 {
 		c.MaxHandshakes = DefaultTCPHandshakes
 	}
@@ -329,6 +340,13 @@ func (t *tcpTransport) awaitAccepted(ctx context.Context, l *tcpLink) ([]*net.TC
 
 func (t *tcpTransport) tune(nc *net.TCPConn) {
 	nc.SetNoDelay(true)
+	if t.cfg.Congestion != TCPCongestionSystem {
+		if rc, err := nc.SyscallConn(); err == nil {
+			// Checked on a socket of its own by withDefaults; a refusal
+			// now leaves the system's.
+			rc.Control(func(fd uintptr) { setTCPCongestion(int(fd), t.cfg.Congestion) })
+		}
+	}
 	if t.cfg.BufSize > 0 {
 		nc.SetReadBuffer(t.cfg.BufSize)
 		nc.SetWriteBuffer(t.cfg.BufSize)

@@ -42,12 +42,16 @@ type Env struct {
 	// SpinWait is rankenv.CommSpinUS as comm.TCPConfig.SpinWait: 0 when
 	// unset (the default), negative for "0" (no spinning).
 	SpinWait time.Duration
+	// Congestion is rankenv.CommTCPCC as comm.TCPConfig.Congestion: empty
+	// when unset (the default).
+	Congestion string
 }
 
 // FromEnv reads Env from the process environment (getenv is os.Getenv in
 // production): the torchrun contract (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE), the store's address and secret file the agent sets,
-// and the user's rankenv.CommAddr, rankenv.NoSHM and rankenv.CommSpinUS.
+// and the user's rankenv.CommAddr, rankenv.NoSHM, rankenv.CommSpinUS and
+// rankenv.CommTCPCC.
 // An error names the variable and says how to get it.
 func FromEnv(getenv func(string) string) (Env, error) {
 	var e Env
@@ -99,6 +103,10 @@ func FromEnv(getenv func(string) string) (Env, error) {
 		return Env{}, fmt.Errorf("dist: %w", err)
 	}
 	e.SpinWait = spin
+	e.Congestion = getenv(rankenv.CommTCPCC)
+	if err := comm.CheckTCPCongestion(e.Congestion); err != nil {
+		return Env{}, fmt.Errorf("dist: %s: %w", rankenv.CommTCPCC, err)
+	}
 	return e, nil
 }
 
@@ -150,6 +158,9 @@ func Init(ctx context.Context, env Env, opts Options) (*World, error) {
 	tcp := opts.TCP
 	if tcp.SpinWait == 0 {
 		tcp.SpinWait = env.SpinWait
+	}
+	if tcp.Congestion == "" {
+		tcp.Congestion = env.Congestion
 	}
 	if tcp.Advertise == "" {
 		tcp.Advertise = env.CommAddr

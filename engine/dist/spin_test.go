@@ -51,3 +51,32 @@ func TestFromEnvSpinWait(t *testing.T) {
 		}
 	}
 }
+
+// TestFromEnvCongestion checks GTRAIN_COMM_TCP_CC: unset leaves the
+// default, a name the kernel takes is passed on, anything else is refused
+// naming the variable.
+func TestFromEnvCongestion(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(cc string) func(string) string {
+		m := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+			rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret}
+		if cc != "unset" {
+			m[rankenv.CommTCPCC] = cc
+		}
+		return envMap(m)
+	}
+	for in, want := range map[string]string{"unset": "", "": "", "system": "system", "reno": "reno"} {
+		if e, err := FromEnv(env(in)); err != nil || e.Congestion != want {
+			t.Errorf("%s=%q: %q, %v; want %q", rankenv.CommTCPCC, in, e.Congestion, err, want)
+		}
+	}
+	for _, bad := range []string{"nosuchcc", "Reno", strings.Repeat("x", 200)} {
+		_, err := FromEnv(env(bad))
+		if err == nil || !strings.Contains(err.Error(), rankenv.CommTCPCC) || len(err.Error()) > 300 {
+			t.Errorf("%s=%q: %v, want it refused naming the variable, briefly", rankenv.CommTCPCC, bad, err)
+		}
+	}
+}

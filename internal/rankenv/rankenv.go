@@ -75,6 +75,9 @@ const (
 	// sockets without sleeping before it sleeps in poll(2) (0: at once;
 	// unset: comm.DefaultTCPSpinWait).
 	CommSpinUS = "GTRAIN_COMM_SPIN_US"
+	// CommTCPCC is the TCP congestion control of the ranks' TCP links
+	// (unset: comm.DefaultTCPCongestion; "system": the host's own).
+	CommTCPCC = "GTRAIN_COMM_TCP_CC"
 	// FaultFailAfterStep makes the first attempt of a job fail after the
 	// given step, once its checkpoints up to there are written: a fault
 	// injection that lets the tests of --max-restarts fail a real rank at a
