@@ -35,16 +35,22 @@ import (
 // in a move clears that. A stalled peer costs at most the budget once,
 // then a budget per tcpMaxSkip waits.
 //
-// The default is still no spin: measured through docs/bench/tcp_spin.sh
-// on this shared 2-core machine (load 3-7), a 100 µs spin with that
-// back-off was 0.44-1.55x of sleeping at once, size by size, never ahead
-// across the board (docs/benchmarks.md). On a host whose cores the ranks
-// have to themselves it may win; GTRAIN_COMM_SPIN_US sets it per job.
+// The default is a 200 µs spin. Measured through docs/bench/tcp_spin.sh
+// on an idle 2-core machine, two network-namespace hosts of one rank each
+// (reno links, 2026-11-26; docs/benchmarks.md): against sleeping at once,
+// a 200 µs spin made all-reduce, reduce-scatter and all-gather of 64 KiB
+// 1.4-4.8x faster and of 128 KiB-4 MiB 1.1-3.5x (medians of 3 rounds).
+// 50 µs was about level with 200 µs (ahead at some sizes, behind at
+// others); 100 µs, in the same run, behind both from 512 KiB.
+// Open MPI's tcp btl and NCCL's socket transport spin without any bound.
+// Under load (another process on the cores, 3-7 threads wanting 2) the
+// back-off above bounds what a spin costs: earlier runs there measured a
+// 100 µs spin 0.44-1.55x of sleeping. GTRAIN_COMM_SPIN_US=0 turns it off.
 
 // Bounds of TCPConfig.SpinWait (and of GTRAIN_COMM_SPIN_US).
 const (
-	DefaultTCPSpinWait time.Duration = 0
-	MaxTCPSpinWait                   = 10 * time.Millisecond
+	DefaultTCPSpinWait = 200 * time.Microsecond
+	MaxTCPSpinWait     = 10 * time.Millisecond
 )
 
 const (
