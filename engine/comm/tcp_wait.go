@@ -32,7 +32,8 @@ import (
 // anything moved, or whose looks were far apart (another thread ran in
 // between), was a miss, and the link's next waits sleep at once, 1, 2, 4
 // ... up to tcpMaxSkip of them after successive misses; a spin that ends
-// in a move clears that. A stalled peer costs at most the budget once,
+// in a move clears that, and so does a wait slept at once whose bytes came
+// within the budget. A stalled peer costs at most the budget once,
 // then a budget per tcpMaxSkip waits.
 //
 // The default is a 200 µs spin. Measured through docs/bench/tcp_spin.sh
@@ -119,7 +120,17 @@ type tcpIdle struct {
 // moved ends the current wait: the next look that finds nothing starts a
 // new one.
 func (w *tcpIdle) moved() {
-	if w.looks > 0 && !w.asleep {
+	switch {
+	case w.looks > 0 && !w.asleep:
+		w.bo.hit()
+	case w.looks == 0 && w.asleep && w.sys.now().Sub(w.since) < w.budget:
+		// A wait the back-off made sleep from its first look, whose bytes
+		// came within the budget: a spin would have caught them, so the
+		// peer is no longer stalled (the misses were the job starting, or
+		// a peer that has caught up since). Without this, the misses of a
+		// job's first calls, whose peers join at different times, kept
+		// up to tcpMaxSkip of the calls after them asleep: measured at 64
+		// KiB with 5 warm-up calls, 80-97 µs against 19-36 with 100.
 		w.bo.hit()
 	}
 	w.looks, w.asleep = 0, false
@@ -136,7 +147,7 @@ func (w *tcpIdle) spin() bool {
 	if w.looks == 0 {
 		if w.bo.skip > 0 {
 			w.bo.skip--
-			w.asleep = true
+			w.since, w.asleep = now, true
 			return false
 		}
 		w.since, w.last = now, now

@@ -137,9 +137,9 @@ func TestRingTCPCancelWhileSpinning(t *testing.T) {
 }
 
 // spinWaits runs waits on idle, each ended by a move after the given
-// number of looks (-1: a wait that sleeps from its first look), and
-// returns how many looks of each spun.
-func spinWaits(idle *tcpIdle, looks ...int) []int {
+// number of looks (-1: one that spins until it sleeps), and returns how
+// many looks of each spun. A wait that sleeps sleeps for slept.
+func spinWaits(idle *tcpIdle, sys *fakeTCPSys, slept time.Duration, looks ...int) []int {
 	var spun []int
 	for _, n := range looks {
 		k := 0
@@ -148,6 +148,9 @@ func spinWaits(idle *tcpIdle, looks ...int) []int {
 			if k == n {
 				break
 			}
+		}
+		if idle.asleep {
+			sys.at = sys.at.Add(slept)
 		}
 		spun = append(spun, k)
 		idle.moved()
@@ -164,7 +167,7 @@ func TestTCPIdleBacksOff(t *testing.T) {
 	sys := newFakeTCPSys(time.Microsecond)
 	idle := &tcpIdle{tcpWaitConfig: tcpWaitConfig{budget: 10 * time.Microsecond, sys: sys}, bo: &tcpBackoff{}}
 	// -1: nothing moves while it spins (the budget runs out: 10 looks).
-	got := spinWaits(idle, 2, -1, -1, -1, -1, -1, -1, -1)
+	got := spinWaits(idle, sys, time.Millisecond, 2, -1, -1, -1, -1, -1, -1, -1)
 	// a hit (2 looks), a miss, 1 skipped, a miss, 2 skipped, a miss, ...
 	want := []int{2, 10, 0, 10, 0, 0, 10, 0}
 	if !slices.Equal(got, want) {
@@ -172,7 +175,7 @@ func TestTCPIdleBacksOff(t *testing.T) {
 	}
 	// 3 of 4 skipped waits are left; the next spins, and its hit clears
 	// the misses: the miss after it skips 1 wait again.
-	got = spinWaits(idle, -1, -1, -1, 1, -1, -1, -1)
+	got = spinWaits(idle, sys, time.Millisecond, -1, -1, -1, 1, -1, -1, -1)
 	want = []int{0, 0, 0, 1, 10, 0, 10}
 	if !slices.Equal(got, want) {
 		t.Fatalf("after the skips: looks spun per wait %v, want %v", got, want)
@@ -183,6 +186,15 @@ func TestTCPIdleBacksOff(t *testing.T) {
 	if idle.bo.skip != tcpMaxSkip {
 		t.Errorf("after many misses %d waits are skipped, want at most %d", idle.bo.skip, tcpMaxSkip)
 	}
+	// A wait skipped (asleep from its first look) whose bytes come within
+	// the budget clears the misses: the next wait spins again. One whose
+	// bytes take longer than the budget leaves them.
+	if got := spinWaits(idle, sys, 2*idle.budget, -1, -1); !slices.Equal(got, []int{0, 0}) || idle.bo.skip != tcpMaxSkip-2 {
+		t.Fatalf("long sleeps: looks spun per wait %v with %d waits left to skip, want [0 0] and %d", got, idle.bo.skip, tcpMaxSkip-2)
+	}
+	if got := spinWaits(idle, sys, 0, -1, 3); !slices.Equal(got, []int{0, 3}) || idle.bo.skip != 0 {
+		t.Errorf("a short sleep: looks spun per wait %v with %d waits left to skip, want [0 3] and none", got, idle.bo.skip)
+	}
 
 	// Descheduled between looks: a miss, though the budget is not spent.
 	sys = newFakeTCPSys(time.Microsecond)
@@ -192,7 +204,7 @@ func TestTCPIdleBacksOff(t *testing.T) {
 			sys.at = sys.at.Add(tcpLookGap)
 		}
 	}
-	if got := spinWaits(idle, -1, -1); !slices.Equal(got, []int{2, 0}) {
+	if got := spinWaits(idle, sys, time.Millisecond, -1, -1); !slices.Equal(got, []int{2, 0}) {
 		t.Errorf("with another thread run between looks: looks spun per wait %v, want [2 0]", got)
 	}
 }
