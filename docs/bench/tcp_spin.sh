@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ring over TCP's wait without sleeping (GTRAIN_COMM_SPIN_US) A/B:
+# The ring over TCP's wait without sleeping (GTRAIN_COMM_SPIN_US) and congestion control (GTRAIN_COMM_TCP_CC) A/B:
 # gtrain across two network-namespace hosts (1 rank each, TCP only) with
 # the knob at each given value, and Open MPI's tcp btl, interleaved round by
 # round through docs/bench/collectives_hosts.sh so that all see the same
@@ -9,7 +9,9 @@
 # Environment:
 #   SPINS   the values to compare (default "0 100"): whole microseconds
 #           for GTRAIN_COMM_SPIN_US (0: sleep in poll(2) at once), or
-#           "default" (unset: comm.DefaultTCPSpinWait)
+#           "default" (unset: comm.DefaultTCPSpinWait); each may end in
+#           :CC, a GTRAIN_COMM_TCP_CC for that run ("200:system" is a 200 µs
+#           spin on the host's own congestion control, "200:reno" on reno)
 #   GTRAIN  gtrain binary (default: go build ./cmd/gtrain into a temp dir)
 #   RATE    "none" (default: the bare veth) or a tc rate such as 10gbit
 #   ITERS, WARMUP, RUN_TIMEOUT  passed on to collectives_hosts.sh
@@ -36,8 +38,8 @@ read -r -a spins <<<"${SPINS:-0 100}"
 	{ echo "tcp_spin.sh: rounds $rounds: want 1 to 100" >&2 && exit 2; }
 ((${#spins[@]} >= 1 && ${#spins[@]} <= 8)) || { echo "tcp_spin.sh: SPINS: want 1 to 8 values" >&2 && exit 2; }
 for s in "${spins[@]}"; do
-	[[ $s == default || $s =~ ^[0-9]{1,5}$ ]] ||
-		{ echo "tcp_spin.sh: SPINS value $s: want whole microseconds or default" >&2 && exit 2; }
+	[[ $s =~ ^(default|[0-9]{1,5})(:[a-z0-9_-]{1,15})?$ ]] ||
+		{ echo "tcp_spin.sh: SPINS value $s: want whole microseconds or default, then :CC if any" >&2 && exit 2; }
 done
 log() { printf 'tcp_spin.sh: %s\n' "$*" >&2; }
 ((EUID == 0)) || { log "needs root: collectives_hosts.sh creates network namespaces (run it with sudo)" && exit 2; }
@@ -61,11 +63,18 @@ for ((r = 1; r <= rounds; r++)); do
 		# Open MPI once a round, with the first value run in it.
 		peer=(--no-mpi)
 		((k == 0)) && peer=(${mpi[@]+"${mpi[@]}"})
-		log "round $r of $rounds: GTRAIN_COMM_SPIN_US=$s (load $(cut -d' ' -f1-3 /proc/loadavg))"
-		if [[ $s == default ]]; then
+		log "round $r of $rounds: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+		sp=${s%%:*} cc=
+		[[ $s == *:* ]] && cc=${s#*:}
+		if [[ $sp == default ]]; then
 			run=(env -u GTRAIN_COMM_SPIN_US)
 		else
-			run=(env GTRAIN_COMM_SPIN_US="$s")
+			run=(env GTRAIN_COMM_SPIN_US="$sp")
+		fi
+		if [[ -n $cc ]]; then
+			run+=(GTRAIN_COMM_TCP_CC="$cc")
+		else
+			run=(env -u GTRAIN_COMM_TCP_CC "${run[@]:1}")
 		fi
 		KEEP=$tmp/res/$i/$r "${run[@]}" docs/bench/collectives_hosts.sh --no-gloo ${peer[@]+"${peer[@]}"} \
 			1 "$min" "$max" >/dev/null 2>"$tmp/run.err" || {
@@ -127,7 +136,7 @@ def ratio(a, b):  # how many times faster b is than a
     return "–" if a is None or b is None else f"{a / b:.2f}x"
 
 
-label = lambda s: f"spin {s}" if s != "default" else "spin default"
+label = lambda s: f"spin {s}"
 head = ["collective", "size"] + [f"{label(s)} µs" for s in spins] + ["Open MPI µs"]
 head += [f"{label(s)} / {label(spins[0])}" for s in spins[1:]] + [f"{label(s)} / OMPI" for s in spins]
 print("| " + " | ".join(head) + " |")
