@@ -145,14 +145,23 @@ start() {
 # finish PID...: wait for started commands (ending all when one fails), kill
 # what is left of their sessions. Returns the first failure's status.
 finish() {
-	local rc=0 s p q keep=()
-	for p in "$@"; do
-		s=0 && wait "$p" || s=$?
+	local rc=0 s p q keep=() left=("$@") got
+	# In the order they end (wait -n), so that one failing ends the others
+	# at once: waiting in start order once left a gloo rank waiting out its
+	# timeout for a peer that had failed to start.
+	while ((${#left[@]})); do
+		got= s=0
+		wait -n -p got "${left[@]}" || s=$?
+		[[ -n $got ]] || break
 		if ((s && !rc)); then
 			rc=$s
 			for q in "$@"; do kill_session TERM "$q"; done
 		fi
+		keep=()
+		for p in "${left[@]}"; do [[ $p == "$got" ]] || keep+=("$p"); done
+		left=(${keep[@]+"${keep[@]}"})
 	done
+	keep=()
 	for p in "$@"; do kill_session KILL "$p"; done
 	for p in "${sids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
 	sids=(${keep[@]+"${keep[@]}"})
@@ -212,7 +221,9 @@ fi
 # --- the runs --------------------------------------------------------------------
 res=$tmp/res
 mkdir -p "$res"
-port=$((20000 + $$ % 20000))
+# Below the kernel's ephemeral ports (32768 up), which a connection made
+# in a namespace may hold: gloo's store once failed to bind one.
+port=$((20000 + $$ % 10000))
 secret=$(head -c 24 /dev/urandom | base64)
 
 run_gtrain() { # NAME PPN RUN
