@@ -17,8 +17,8 @@ import (
 // MTU 1500, 2026-11-26, docs/benchmarks.md): a 512 KiB exchange each way
 // took 294 µs under BBR (ss -i: pacing_rate 14 Gbit/s, spurious fast
 // retransmits from reordering), 274 µs under CUBIC, 77 µs under reno; in
-// gtrain's 2-host collectives reno made 512 KiB-4 MiB 1.3-3.5x faster than
-// BBR. CUBIC grows its window by wall-clock time since the last loss,
+// gtrain's 2-host collectives reno made 512 KiB-4 MiB 1.1-3.5x faster than
+// BBR (two interleaved runs). CUBIC grows its window by wall-clock time since the last loss,
 // which at a data centre's µs round trips is far slower than reno's one
 // segment per round trip. reno is built into every Linux kernel and
 // always allowed to unprivileged processes.

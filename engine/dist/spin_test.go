@@ -15,18 +15,7 @@ import (
 // (0 in Env), "0" no spinning (negative), whole microseconds up to
 // comm.MaxTCPSpinWait; anything else is refused naming the variable.
 func TestFromEnvSpinWait(t *testing.T) {
-	secret := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secret, []byte("0123456789abcdef0123"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := func(spin string) func(string) string {
-		m := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-			rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret}
-		if spin != "unset" {
-			m[rankenv.CommSpinUS] = spin
-		}
-		return envMap(m)
-	}
+	env := rankEnvWith(t, rankenv.CommSpinUS)
 	for _, tc := range []struct {
 		in   string
 		want time.Duration
@@ -56,18 +45,7 @@ func TestFromEnvSpinWait(t *testing.T) {
 // default, a name the kernel takes is passed on, anything else is refused
 // naming the variable.
 func TestFromEnvCongestion(t *testing.T) {
-	secret := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secret, []byte("0123456789abcdef0123"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := func(cc string) func(string) string {
-		m := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-			rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret}
-		if cc != "unset" {
-			m[rankenv.CommTCPCC] = cc
-		}
-		return envMap(m)
-	}
+	env := rankEnvWith(t, rankenv.CommTCPCC)
 	for in, want := range map[string]string{"unset": "", "": "", "system": "system", "reno": "reno"} {
 		if e, err := FromEnv(env(in)); err != nil || e.Congestion != want {
 			t.Errorf("%s=%q: %q, %v; want %q", rankenv.CommTCPCC, in, e.Congestion, err, want)
@@ -78,5 +56,22 @@ func TestFromEnvCongestion(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), rankenv.CommTCPCC) || len(err.Error()) > 300 {
 			t.Errorf("%s=%q: %v, want it refused naming the variable, briefly", rankenv.CommTCPCC, bad, err)
 		}
+	}
+}
+
+// rankEnvWith returns the environment of rank 0 of 2 with key set to the
+// value given ("unset": not set at all).
+func rankEnvWith(t *testing.T, key string) func(v string) func(string) string {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func(v string) func(string) string {
+		m := map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+			rankenv.StoreAddr: "10.1.2.3:4711", rankenv.StoreSecretFile: secret}
+		if v != "unset" {
+			m[key] = v
+		}
+		return envMap(m)
 	}
 }
