@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,10 +146,20 @@ func (cg *memCgroup) confine(t *testing.T, c *netns.Cluster, i int) {
 	if err != nil || len(pids) == 0 {
 		t.Fatalf("cgroup: the processes of host %d (%s): %v %q", i, c.Hosts[i].NS, err, out)
 	}
+	live := ""
 	for _, pid := range pids {
 		if err := os.WriteFile(cg.procs(), []byte(pid), 0o644); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				continue // exited since it was listed (what the last job left ending): nothing to confine
+			}
 			t.Fatalf("cgroup: move host %d's process %s into %s: %v", i, pid, cg.dir, err)
 		}
+		if live == "" {
+			live = pid
+		}
+	}
+	if live == "" {
+		t.Fatalf("cgroup: every process of host %d (%s) exited before it could be moved", i, c.Hosts[i].NS)
 	}
 	mount := fmt.Sprintf("mount -t tmpfs gtrain-test /sys/fs/cgroup && mkdir -p %[1]s && mount -t cgroup -o memory gtrain-test %[1]s", cg.hier)
 	if cg.v2 {
@@ -157,7 +168,7 @@ func (cg *memCgroup) confine(t *testing.T, c *netns.Cluster, i int) {
 	if !strings.HasPrefix(cg.hier, "/sys/fs/cgroup") {
 		t.Fatalf("cgroup: the memory hierarchy is mounted at %s, not below /sys/fs/cgroup, where a host's detection looks", cg.hier)
 	}
-	if out, err := exec.CommandContext(t.Context(), "nsenter", "-t", pids[0], "-m", "--", "sh", "-c", mount).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(t.Context(), "nsenter", "-t", live, "-m", "--", "sh", "-c", mount).CombinedOutput(); err != nil {
 		t.Fatalf("cgroup: mount the memory hierarchy in host %d's mount namespace: %v\n%s", i, err, out)
 	}
 }
