@@ -308,8 +308,9 @@ type nodeLocalConn struct {
 	AgentConn
 	na *nodeAttempt
 
-	mu      sync.Mutex
-	failure string // its first rank that failed, for the other nodes
+	mu        sync.Mutex
+	failure   string        // its first rank that failed, for the other nodes
+	published chan struct{} // once it said done: closed when publishDone returns
 }
 
 // Recv implements AgentConn.
@@ -318,7 +319,13 @@ func (c *nodeLocalConn) Recv() (proto.Event, error) {
 	switch {
 	case err != nil:
 	case ev.Type == proto.EventDone:
-		go c.na.publishDone()
+		c.mu.Lock()
+		if c.published == nil {
+			ch := make(chan struct{})
+			c.published = ch
+			go func() { c.na.publishDone(); close(ch) }()
+		}
+		c.mu.Unlock()
 	case ev.Type == proto.EventRankExited && ev.Code != 0 && !ev.Killed:
 		c.mu.Lock()
 		if c.failure == "" {
@@ -329,14 +336,37 @@ func (c *nodeLocalConn) Recv() (proto.Event, error) {
 	return ev, err
 }
 
+// Close implements AgentConn. An agent that said done is closed once its
+// done is in the store: the attempt ends (and this node stops beating)
+// when its agents are closed, and a node that stops beating before the
+// others see it done is judged lost by its watcher.
+func (c *nodeLocalConn) Close() error {
+	err := c.AgentConn.Close()
+	c.mu.Lock()
+	published := c.published
+	c.mu.Unlock()
+	if published != nil {
+		<-published
+	}
+	return err
+}
+
 // publishDone tells the other nodes this node is done, trying again until
-// the store takes it (etcd may be restarting): they wait for it.
+// the store takes it (etcd may be restarting): they wait for it. It gives
+// up after storeOutage of failures, when the others stop by themselves.
 func (na *nodeAttempt) publishDone() {
+	var failing time.Time
 	for {
 		ctx, cancel := context.WithTimeout(na.ctx, 10*time.Second)
 		err := na.setDone(ctx)
 		cancel()
-		if err == nil || sleepCtx(na.ctx, na.beat) != nil {
+		if err == nil {
+			return
+		}
+		if failing.IsZero() {
+			failing = time.Now()
+		}
+		if time.Since(failing) >= storeOutage(na.beat) || sleepCtx(na.ctx, na.beat) != nil {
 			return
 		}
 	}
