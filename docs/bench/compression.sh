@@ -72,7 +72,8 @@ net=10.214.$(($$ % 200 + 20))
 ip_of=("$net.1" "$net.2")
 tmp=$(mktemp -d -t gtrain-compression.XXXXXX)
 sids=() sampler=
-kill_session() { pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true; }
+# kill_session, start and finish (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
 	local rc=$? p n
@@ -91,40 +92,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# start OUT ERR CMD...: CMD in the background, in a session of its own.
-start() {
-	local out=$1 err=$2
-	shift 2
-	setsid timeout -k 10 "$run_timeout" "$@" </dev/null >"$out" 2>"$err" &
-	started=$!
-	sids+=("$started")
-}
-
-# finish PID...: wait for them (ending all when one fails); the first failure's status.
-finish() {
-	local rc=0 s p q keep=() left=("$@") got
-	# In the order they end (wait -n), so that one failing ends the others
-	# at once: waiting in start order once left a gloo rank waiting out its
-	# timeout for a peer that had failed to start.
-	while ((${#left[@]})); do
-		got= s=0
-		wait -n -p got "${left[@]}" || s=$?
-		[[ -n $got ]] || break
-		if ((s && !rc)); then
-			rc=$s
-			for q in "$@"; do kill_session TERM "$q"; done
-		fi
-		keep=()
-		for p in "${left[@]}"; do [[ $p == "$got" ]] || keep+=("$p"); done
-		left=(${keep[@]+"${keep[@]}"})
-	done
-	keep=()
-	for p in "$@"; do kill_session KILL "$p"; done
-	for p in "${sids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
-	sids=(${keep[@]+"${keep[@]}"})
-	return "$rc"
-}
 
 if [[ -z ${GTRAIN:-} ]]; then
 	log "building gtrain"
