@@ -17,9 +17,12 @@
 #   RATE          the limited link's rate, for tc's tbf on both ends (default
 #                 10gbit); "none" runs the bare link only
 #   PPN           ranks per host to run (default "1 2")
-#   ITERS         timed iterations per size (default 20: with 2 ranks per host
-#                 on 2 cores, Open MPI's spinning ranks can take 0.2 s a call)
-#   WARMUP        warm-up iterations per size (default 5)
+#   ITERS         timed iterations per size (default 100 with 1 rank per host,
+#                 20 with more: on 2 cores Open MPI's oversubscribed ranks
+#                 take up to 0.4 s a call)
+#   WARMUP        warm-up iterations per size (default 100 with 1 rank per
+#                 host, 5 with more: the first tens of calls on fresh
+#                 connections are warm-up, docs/benchmarks.md)
 #   TORCH_PYTHON  a python with torch (default /usr/bin/python3)
 #   RUN_TIMEOUT   seconds before one run of one library is killed (default 900)
 #   KEEP          a directory to copy the raw results into
@@ -55,6 +58,10 @@ for a in "$@"; do
 done
 runs=${pos[0]:-3} min=${pos[1]:-65536} max=${pos[2]:-67108864}
 rate=${RATE:-10gbit} ppns=${PPN:-1 2} iters=${ITERS:-20} warmup=${WARMUP:-5}
+# iterations PPN: set iters and warmup for runs with PPN ranks per host.
+iterations() {
+	iters=${ITERS:-$(($1 == 1 ? 100 : 20))} warmup=${WARMUP:-$(($1 == 1 ? 100 : 5))}
+}
 pin=${PIN:-0}
 [[ $pin == 0 || $pin == 1 ]] || { echo "collectives_hosts.sh: PIN $pin: want 0 or 1" >&2 && exit 2; }
 # pinned[I]: the prefix that runs a command on host I's CPU (empty unless PIN=1).
@@ -89,7 +96,8 @@ net=10.213.$(($$ % 200 + 20))
 ip_of=("$net.1" "$net.2")
 tmp=$(mktemp -d -t gtrain-collectives-hosts.XXXXXX)
 sids=()
-kill_session() { pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true; }
+# kill_session, start and finish (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
 	local rc=$? p n
@@ -131,41 +139,6 @@ limit() {
 		ip netns exec "${ns[i]}" tc qdisc del dev "${dev[i]}" root 2>/dev/null || true
 		[[ $1 == none ]] || ip netns exec "${ns[i]}" tc qdisc add dev "${dev[i]}" root tbf rate "$1" burst 1mb latency 10ms
 	done
-}
-
-# start OUT ERR CMD...: run CMD in the background in a session of its own.
-start() {
-	local out=$1 err=$2
-	shift 2
-	setsid timeout -k 10 "$run_timeout" "$@" </dev/null >"$out" 2>"$err" &
-	started=$!
-	sids+=("$started")
-}
-
-# finish PID...: wait for started commands (ending all when one fails), kill
-# what is left of their sessions. Returns the first failure's status.
-finish() {
-	local rc=0 s p q keep=() left=("$@") got
-	# In the order they end (wait -n), so that one failing ends the others
-	# at once: waiting in start order once left a gloo rank waiting out its
-	# timeout for a peer that had failed to start.
-	while ((${#left[@]})); do
-		got= s=0
-		wait -n -p got "${left[@]}" || s=$?
-		[[ -n $got ]] || break
-		if ((s && !rc)); then
-			rc=$s
-			for q in "$@"; do kill_session TERM "$q"; done
-		fi
-		keep=()
-		for p in "${left[@]}"; do [[ $p == "$got" ]] || keep+=("$p"); done
-		left=(${keep[@]+"${keep[@]}"})
-	done
-	keep=()
-	for p in "$@"; do kill_session KILL "$p"; done
-	for p in "${sids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
-	sids=(${keep[@]+"${keep[@]}"})
-	return "$rc"
 }
 
 failed=0
@@ -309,6 +282,7 @@ t0=$SECONDS
 for link in "${links[@]}"; do
 	limit "$link"
 	for ppn in $ppns; do
+		iterations "$ppn"
 		name=$([[ $link == none ]] && echo veth || echo "$link").x$ppn
 		for ((run = 1; run <= runs; run++)); do
 			log "$name: run $run of $runs ($((SECONDS - t0)) s so far; load $(cut -d' ' -f1-3 /proc/loadavg))"
