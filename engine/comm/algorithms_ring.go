@@ -28,6 +28,10 @@ type ringPass struct {
 	local       func(b int) Buffer    // this rank's contribution to block b
 	dst         func(s, b int) Buffer // where step s stores block b
 	avg         bool                  // divide block r by p before sending it on
+	// own, when set, is an all-gather's own block not yet in place: the
+	// first step (which sends block r) sends it from here, and the pass
+	// copies it into local(r) itself, over TCP while it waits for bytes.
+	own Buffer
 }
 
 // src is what the ring sends at step s, block b: the rank's own data at
@@ -54,6 +58,10 @@ func (o *opState) ring(rp *ringPass) error {
 		return o.ringTCP(rp, in, out) // algorithms_ring_tcp.go
 	}
 	p, r := o.c.size, o.c.rank
+	if rp.own.b != nil {
+		copyInto(rp.local(r), rp.own)
+		rp.own = Buffer{}
+	}
 	n := o.chunkLen(rp.dt)
 	ready := make(chan struct{}, rp.chunks(r, p, rp.first, rp.last-1, n))
 	return par(o.ctx,
@@ -154,13 +162,17 @@ func (o *opState) ringReduceScatter(q blocks, in, out, work Buffer, op Op) error
 
 // ringAllGather fills out with every rank's block (of q); block r must
 // already be in place.
-func (o *opState) ringAllGather(q blocks, out Buffer) error {
+func (o *opState) ringAllGather(q blocks, out, own Buffer) error {
 	p := o.c.size
 	at := func(b int) Buffer { return q.block(out, b) }
-	return o.ring(&ringPass{
+	rp := &ringPass{
 		part: q, dt: out.dt, first: p - 1, last: 2*p - 3,
 		local: at, dst: func(_, b int) Buffer { return at(b) },
-	})
+	}
+	if own.b != nil && !sameMem(at(o.c.rank), own) {
+		rp.own = own
+	}
+	return o.ring(rp)
 }
 
 // ringReduce reduces in into out on root: a ring reduce-scatter, then

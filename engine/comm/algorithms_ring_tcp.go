@@ -22,6 +22,9 @@ func (o *opState) ringTCP(rp *ringPass, in, out *tcpConn) error {
 	p, r := o.c.size, o.c.rank
 	t := o.newTCPPass(mod(r-1, p), mod(r+1, p), in, out)
 	t.op = rp.op
+	if rp.own.b != nil {
+		t.fillDst, t.fillSrc = rp.local(r).b, rp.own.b
+	}
 	t.header()
 	nFirst := ringPlan(t, rp)
 	hdrOut, hdrIn := t.hdrOut, t.hdrIn
@@ -51,6 +54,9 @@ func ringPlan(t *tcpPass, rp *ringPass) (nFirst int) {
 	tmp := o.scratch(slotTmp, rp.dt, n)
 	for s := rp.first; s <= rp.last; s++ {
 		src := rp.src(s, mod(r-s-1, p))
+		if s == rp.first && rp.own.b != nil {
+			src = rp.own // block r, put in place by the pass (tcpPass.fill)
+		}
 		for lo := 0; lo < src.Len(); lo += n {
 			t.sends = append(t.sends, src.Slice(lo, min(lo+n, src.Len())).b)
 			if s == rp.first {

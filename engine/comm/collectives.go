@@ -261,12 +261,13 @@ func (c *Communicator) allGatherIn(ctx context.Context, kind opKind, q blocks, s
 		if h != nil {
 			return o.hierAllGather(h, send, recv)
 		}
+		if o.alg == algRing && c.size > 1 {
+			return o.ringAllGather(q, recv, send) // puts send in place itself
+		}
 		copyInto(mine, send)
 		switch {
 		case c.size == 1:
 			return nil
-		case o.alg == algRing:
-			return o.ringAllGather(q, recv)
 		case o.alg == algDirect:
 			return o.progressAllGather(c.shm, q, send, recv)
 		}

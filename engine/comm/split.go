@@ -107,7 +107,7 @@ func (c *Communicator) exchangeColors(ctx context.Context, color, key int) ([]in
 			return nil
 		}
 		if o.alg == algRing {
-			return o.ringAllGather(q, F32(all))
+			return o.ringAllGather(q, F32(all), Buffer{})
 		}
 		return o.allReduceSmall(o.alg, F32(all), opBor)
 	})
