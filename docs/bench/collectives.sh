@@ -63,9 +63,8 @@ fi
 # trap signals the sessions still listed, on any exit.
 tmp=$(mktemp -d -t gtrain-collectives.XXXXXX)
 sids=()
-kill_session() { # SIGNAL SID
-	pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true
-}
+# kill_session, start and finish (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
 	local rc=$? p
@@ -81,27 +80,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# start OUT ERR CMD...: run CMD in the background in a new session; sets
-# $started to its pid, which is also its session id.
-start() {
-	local out=$1 err=$2
-	shift 2
-	setsid timeout -k 10 "$run_timeout" "$@" </dev/null >"$out" 2>"$err" &
-	started=$!
-	sids+=("$started")
-}
-
-# finish PID: wait for a started command, then kill what is left of its
-# session (an orphaned rank, say) and forget it. Returns its status.
-finish() {
-	local rc=0 p keep=()
-	wait "$1" || rc=$?
-	kill_session KILL "$1"
-	for p in "${sids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-	sids=(${keep[@]+"${keep[@]}"})
-	return "$rc"
-}
 
 failed=0
 # report NAME RC ERRFILE: say that a run failed and show the end of its stderr.
@@ -210,7 +188,7 @@ run_mpi() { # RUN COPY
 }
 
 run_gloo() { # RUN
-	local r s pids=() rc=0 args=("$min" "$max")
+	local r pids=() rc=0 args=("$min" "$max")
 	((${#peer_iters[@]})) && args+=(--iters "${peer_iters[0]}" --warmup "${peer_iters[1]}")
 	# A file store instead of MASTER_PORT: no port to pick or collide with.
 	args+=(--init-method "file://$tmp/gloo-store.$1")
@@ -220,10 +198,9 @@ run_gloo() { # RUN
 			"$torch_py" docs/bench/peers/allreduce_gloo.py "${args[@]}"
 		pids+=("$started")
 	done
-	# If one rank dies the other blocks in gloo until its timeout: end both.
-	wait -n "${pids[@]}" || rc=$?
-	((rc == 0)) || for r in "${pids[@]}"; do kill_session TERM "$r"; done
-	for r in "${pids[@]}"; do finish "$r" || { s=$? && ((rc)) || rc=$s; }; done
+	# If one rank dies the other blocks in gloo until its timeout: finish
+	# ends both.
+	finish "${pids[@]}" || rc=$?
 	((rc == 0)) || { report "gloo run $1" "$rc" "$tmp/gloo.0.err" && rm -f "$res/gloo.$1.json"; }
 }
 

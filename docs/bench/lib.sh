@@ -1,7 +1,7 @@
 # Shared by the benchmark scripts that run each library's processes in
-# sessions of their own (collectives_hosts.sh, compression.sh). Source it
-# once the script has set run_timeout (seconds before one run is killed)
-# and sids=() (the sessions still to end on exit).
+# sessions of their own (collectives.sh, collectives_hosts.sh,
+# compression.sh). Source it once the script has set run_timeout (seconds
+# before one run is killed) and sids=() (the sessions still to end on exit).
 
 # kill_session SIG SID: send SIG to every process of session SID.
 kill_session() { pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true; }
