@@ -160,8 +160,9 @@ func (o *opState) ringReduceScatter(q blocks, in, out, work Buffer, op Op) error
 	})
 }
 
-// ringAllGather fills out with every rank's block (of q); block r must
-// already be in place.
+// ringAllGather fills out with every rank's block (of q). Block r is own
+// when that is set and not already block r of out (the pass sends it from
+// there and puts it in place itself); else it must already be in place.
 func (o *opState) ringAllGather(q blocks, out, own Buffer) error {
 	p := o.c.size
 	at := func(b int) Buffer { return q.block(out, b) }
