@@ -29,6 +29,8 @@ for a in "$@"; do
 done
 runs=${pos[0]:-6} min=${pos[1]:-65536} max=${pos[2]:-4194304}
 log() { printf 'ab_hosts.sh: %s\n' "$*" >&2; }
+# quiet_run (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 1 && runs <= 100)) || { log "runs $runs: want 1 to 100" && exit 2; }
 ((${#variants[@]} >= 2 && ${#variants[@]} <= 8)) || { log "want 2 to 8 variants such as GTRAIN=/tmp/gtrain-old (see --help)" && exit 2; }
 for v in "${variants[@]}"; do
@@ -49,12 +51,8 @@ for ((r = 1; r <= runs; r++)); do
 	for ((k = 0; k < n; k++)); do
 		i=$((r % 2 ? k : n - 1 - k))
 		log "run $r of $runs: ${variants[i]} (load $(cut -d' ' -f1-3 /proc/loadavg))"
-		env "${variants[i]}" PPN=1 RATE=none KEEP="$tmp/res/$i/$r" \
-			docs/bench/collectives_hosts.sh --no-gloo --no-mpi 1 "$min" "$max" >/dev/null 2>"$tmp/run.err" || {
-			failed=1
-			log "the run failed; last lines of its stderr:"
-			tail -n 15 "$tmp/run.err" | sed 's/^/    /' >&2
-		}
+		quiet_run "$tmp/run.err" env "${variants[i]}" PPN=1 RATE=none KEEP="$tmp/res/$i/$r" \
+			docs/bench/collectives_hosts.sh --no-gloo --no-mpi 1 "$min" "$max"
 	done
 done
 [[ -n ${KEEP:-} ]] && mkdir -p "$KEEP" && cp -r "$tmp/res/." "$KEEP"/

@@ -1,7 +1,9 @@
 # Shared by the benchmark scripts that run each library's processes in
 # sessions of their own (collectives.sh, collectives_hosts.sh,
-# compression.sh). Source it once the script has set run_timeout (seconds
-# before one run is killed) and sids=() (the sessions still to end on exit).
+# compression.sh), and quiet_run of the A/B scripts over
+# collectives_hosts.sh (ab_hosts.sh, tcp_spin.sh). Source it once the
+# script has set run_timeout (seconds before one run is killed) and sids=()
+# (the sessions still to end on exit), where it uses start and finish.
 
 # kill_session SIG SID: send SIG to every process of session SID.
 kill_session() { pkill "-$1" -s "$2" 2>/dev/null || kill "-$1" -- "-$2" 2>/dev/null || true; }
@@ -49,4 +51,15 @@ finish() {
 	for p in "${sids[@]}"; do [[ " $* " == *" $p "* ]] || keep+=("$p"); done
 	sids=(${keep[@]+"${keep[@]}"})
 	return "$rc"
+}
+
+# quiet_run ERR CMD...: run CMD, its output dropped and its stderr in ERR;
+# if it fails, set failed=1 and show the end of ERR on stderr.
+quiet_run() {
+	local err=$1
+	shift
+	"$@" >/dev/null 2>"$err" && return
+	failed=1
+	printf '%s: the run failed; last lines of its stderr:\n' "${0##*/}" >&2
+	tail -n 15 "$err" | sed 's/^/    /' >&2
 }

@@ -42,6 +42,8 @@ for s in "${spins[@]}"; do
 		{ echo "tcp_spin.sh: SPINS value $s: want whole microseconds or default, then :CC if any" >&2 && exit 2; }
 done
 log() { printf 'tcp_spin.sh: %s\n' "$*" >&2; }
+# quiet_run (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 ((EUID == 0)) || { log "needs root: collectives_hosts.sh creates network namespaces (run it with sudo)" && exit 2; }
 
 tmp=$(mktemp -d -t gtrain-tcp-spin.XXXXXX)
@@ -76,12 +78,8 @@ for ((r = 1; r <= rounds; r++)); do
 		else
 			run=(env -u GTRAIN_COMM_TCP_CC "${run[@]:1}")
 		fi
-		KEEP=$tmp/res/$i/$r "${run[@]}" docs/bench/collectives_hosts.sh --no-gloo ${peer[@]+"${peer[@]}"} \
-			1 "$min" "$max" >/dev/null 2>"$tmp/run.err" || {
-			failed=1
-			log "the run failed; last lines of its stderr:"
-			tail -n 15 "$tmp/run.err" | sed 's/^/    /' >&2
-		}
+		quiet_run "$tmp/run.err" "${run[@]}" KEEP="$tmp/res/$i/$r" \
+			docs/bench/collectives_hosts.sh --no-gloo ${peer[@]+"${peer[@]}"} 1 "$min" "$max"
 	done
 done
 [[ -n ${KEEP:-} ]] && mkdir -p "$KEEP" && cp -r "$tmp/res/." "$KEEP"/
