@@ -399,10 +399,32 @@ func tcpConsume(bufs [][]byte, n int) [][]byte {
 	return bufs
 }
 
-// tcpLimit returns the first at most n bytes of bufs.
+// tcpWriteSlack is how far past its bound n a write of tcpLimit goes
+// rather than leave less than this of the buffer it cuts, or of the whole
+// queue, to a write of its own: a 256 KiB chunk after its 8-byte length
+// (and the operation's header) would otherwise go as one write of 256 KiB
+// and one of the 8 to 56 bytes over, a segment of their own that the
+// receiver needs before the chunk is whole.
+const tcpWriteSlack = 4 << 10
+
+// tcpLimit returns the first at most n bytes of bufs, or up to
+// tcpWriteSlack more where that ends the buffer it would cut or all of
+// bufs.
 func tcpLimit(bufs [][]byte, n int) [][]byte {
+	total := 0
+	for _, b := range bufs {
+		if total += len(b); total > n+tcpWriteSlack {
+			break
+		}
+	}
+	if total <= n+tcpWriteSlack {
+		return bufs
+	}
 	for i, b := range bufs {
 		if len(b) >= n {
+			if len(b)-n < tcpWriteSlack {
+				n = len(b)
+			}
 			out := append([][]byte(nil), bufs[:i+1]...)
 			out[i] = b[:n]
 			return out
