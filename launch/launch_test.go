@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -30,7 +31,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// The agents' directories (tests kill agents) go with the run.
+	tmp, err := proctest.PrivateTMPDIR("gtrain-launch-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "launch_test:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(tmp)
+	os.Exit(code)
 }
 
 // recorder is a status.View that keeps every event; on, if set, sees

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gtrain/gtrain/internal/proctest"
 )
 
 // scriptBinDir holds the gtrain binary the scripts run, built by TestMain.
@@ -32,22 +34,28 @@ func init() {
 
 // TestMain builds the real gtrain binary once for the script tests. It must be
 // a real executable, not the test binary re-executed (testscript.RunMain):
-// `gtrain run` starts `gtrain agent` from os.Executable().
+// `gtrain run` starts `gtrain agent` from os.Executable(). Every process
+// the tests start gets a temporary directory (TMPDIR) that the run
+// removes: tests that SIGKILL agents would otherwise leave the agents'
+// directories, each with a store secret, in the machine's /tmp.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "gtrain-script-bin-")
+	tmp, err := proctest.PrivateTMPDIR("gtrain-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "script_test:", err)
 		os.Exit(1)
 	}
+	dir := filepath.Join(tmp, "bin")
 	code := 1
-	if err := buildGtrain(dir); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "script_test:", err)
+	} else if err := buildGtrain(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "script_test:", err)
 	} else {
 		scriptBinDir = dir
 		code = m.Run()
 	}
-	os.RemoveAll(dir)
+	os.RemoveAll(tmp)
 	os.Exit(code)
 }
 

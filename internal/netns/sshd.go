@@ -86,7 +86,14 @@ func (c *Cluster) writeKeys() error {
 
 // writeSSHDConfig writes host i's sshd_config. Nothing is included from
 // /etc/ssh, so AcceptEnv is unset: like a server that accepts no variables.
+// Its sessions get a TMPDIR of their own in the cluster's directory, as
+// separate hosts have separate /tmp, and a test that kills an agent
+// leaves nothing in the machine's.
 func (c *Cluster) writeSSHDConfig(i int, penalties bool) error {
+	tmp := filepath.Join(c.Dir, fmt.Sprintf("tmp-%d", i))
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
 	usePAM := "no"
 	if rootLocked() {
 		// With UsePAM no, sshd refuses even key logins to a locked ("!")
@@ -101,6 +108,7 @@ func (c *Cluster) writeSSHDConfig(i int, penalties bool) error {
 	fmt.Fprintf(&b, "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\n"+
 		"PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM %s\nStrictModes no\n"+
 		"MaxStartups 100:30:200\nLogLevel VERBOSE\nPrintMotd no\nX11Forwarding no\n", usePAM)
+	fmt.Fprintf(&b, "SetEnv TMPDIR=%s\n", tmp)
 	if penalties {
 		// OpenSSH >= 9.8 blocks sources with many failed or aborted
 		// connections; tests make those on purpose, from one address.

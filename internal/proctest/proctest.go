@@ -21,3 +21,15 @@ func Alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
+
+// PrivateTMPDIR makes a temporary directory and sets TMPDIR to it, for
+// this process (t.TempDir, os.MkdirTemp) and every process it starts, so
+// that what those leave when a test kills them (an agent's directory with
+// its store secret) goes when the caller, a TestMain, removes it.
+func PrivateTMPDIR(prefix string) (string, error) {
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	return tmp, os.Setenv("TMPDIR", tmp)
+}
