@@ -286,9 +286,17 @@ for link in "${links[@]}"; do
 		name=$([[ $link == none ]] && echo veth || echo "$link").x$ppn
 		for ((run = 1; run <= runs; run++)); do
 			log "$name: run $run of $runs ($((SECONDS - t0)) s so far; load $(cut -d' ' -f1-3 /proc/loadavg))"
-			run_gtrain "$name" "$ppn" "$run"
-			((want_mpi)) && run_mpi "$name" "$ppn" "$run"
-			((want_gloo)) && run_gloo "$name" "$ppn" "$run"
+			# The libraries in turn, reversed every other run: on a VM whose
+			# speed drifts over minutes none is always first or last.
+			order=(gtrain mpi gloo)
+			((run % 2)) || order=(gloo mpi gtrain)
+			for lib in "${order[@]}"; do
+				case $lib in
+				gtrain) run_gtrain "$name" "$ppn" "$run" ;;
+				mpi) ((want_mpi)) && run_mpi "$name" "$ppn" "$run" ;;
+				gloo) ((want_gloo)) && run_gloo "$name" "$ppn" "$run" ;;
+				esac
+			done
 		done
 	done
 done
@@ -345,6 +353,16 @@ def med(setup, coll, size, peer):
     return statistics.median(runs.values()) if runs else None
 
 
+def paired(setup, coll, size):
+    """Each run's Open MPI time over the same run's gtrain time: what moves
+    a whole run (this VM's speed drifts over minutes) moves both."""
+    g, o = times.get((setup, coll, size, "gtrain"), {}), times.get((setup, coll, size, "ompi"), {})
+    rs = [o[r] / g[r] for r in g if r in o and g[r] > 0]
+    if not rs:
+        return "–"
+    return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+
+
 def size_name(n):
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << k and n % (1 << k) == 0:
@@ -372,8 +390,8 @@ for setup in setups:
           + ", ".join(f"{k} {v}" for k, v in nruns.items() if v) + ")")
     print()
     print("| collective | size | gtrain µs | busbw GB/s | Open MPI µs | busbw | gloo µs | busbw "
-          "| gtrain / OMPI (busbw) | gtrain / gloo |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| gtrain / OMPI (busbw) | per run: median (range) | gtrain / gloo |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         size = lo
         while size <= hi:
@@ -384,12 +402,14 @@ for setup in setups:
                 cells.append("–" if t[peer] is None else f"{busbw(coll, size, t[peer], p):.2f}")
             ratio = lambda a, b: "–" if a is None or b is None else f"{a / b:.2f}x"
             print(f"| {coll} | {size_name(size)} | " + " | ".join(cells)
-                  + f" | {ratio(t['ompi'], t['gtrain'])} | {ratio(t['gloo'], t['gtrain'])} |")
+                  + f" | {ratio(t['ompi'], t['gtrain'])} | {paired(setup, coll, size)} | {ratio(t['gloo'], t['gtrain'])} |")
             size *= 2
     print()
 print("Medians over runs of each run's median time (the slowest rank's per iteration). "
       "busbw = size/time · 2(p−1)/p for all-reduce, · (p−1)/p for reduce-scatter and all-gather; "
-      "a size is the whole buffer. gloo has no reduce-scatter in this torch (–).")
+      "a size is the whole buffer. Per run: each run's Open MPI time over its gtrain time, the median "
+      "and range over runs (the libraries run in turn, the order reversed every other run). "
+      "gloo has no reduce-scatter in this torch (–).")
 PY
 # shellcheck disable=SC2016 # the backquotes are markdown
 printf '\nReproduce: `%s` — %s, nproc %s, %s, load %s; %s\n' "$cmd" "$(date -u +%Y-%m-%dT%H:%MZ)" \
