@@ -15,8 +15,9 @@
 # over runs of each run's median µs and its ratio to the first variant; then
 # the same for each run's all-gather time over the same run's reduce-scatter
 # of that size, which takes out what moves a whole run (for a change that
-# touches only one of them). Needs root, as collectives_hosts.sh. Exits 1 if
-# a run failed.
+# touches only one of them); then each run's ratio of the first variant to
+# each other, median and range over runs. Needs root, as
+# collectives_hosts.sh. Exits 1 if a run failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pos=() variants=()
@@ -105,6 +106,19 @@ def per_rs(i, r, c, s):
 
 
 table("each run's all-gather over the same run's reduce-scatter, median over runs", per_rs)
+
+# The variants of one run ran back to back: what moves the machine for
+# minutes moves them together, so each run's ratio is the fairest.
+print("**each run's first variant over the same run's other variant (above 1 is faster), median (range) over runs**\n")
+print("| collective | size | " + " | ".join(f"{v} / {variants[0]}" for v in variants[1:]) + " |")
+print("|---|---:|" + "---:|" * (len(variants) - 1))
+for c, s in sorted({(k[2], k[3]) for k in t}):
+    cells = []
+    for i in range(1, len(variants)):
+        rs = [t[(0, r, c, s)] / t[(i, r, c, s)] for r in {k[1] for k in t} if (0, r, c, s) in t and t.get((i, r, c, s))]
+        cells.append(f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if rs else "–")
+    print(f"| {c} | {size_name(s)} | " + " | ".join(cells) + " |")
+print()
 PY
 printf 'Reproduce: `%sdocs/bench/ab_hosts.sh %s %s %s %s` — %s, nproc %s, load %s\n' \
 	"$( [[ -n ${ITERS:-} ]] && printf "ITERS=%s " "$ITERS")$( [[ -n ${WARMUP:-} ]] && printf "WARMUP=%s " "$WARMUP")" \
