@@ -318,11 +318,14 @@ import glob, json, os, re, statistics, sys
 
 res, lo, hi, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 times, wrong = {}, {}  # times[(setup, coll, size, peer)][run] = per-run median µs
+means = {}  # the same for the per-run mean µs, where the library reports it
 prefix = re.compile(r"^\[[^\]]*\] ?")
 
 
-def add(setup, peer, run, coll, size, t, bad):
-    times.setdefault((setup, coll, size, peer), {})[run] = t
+def add(setup, peer, run, coll, size, stats, bad):
+    times.setdefault((setup, coll, size, peer), {})[run] = stats["median"]
+    if "mean" in stats:
+        means.setdefault((setup, coll, size, peer), {})[run] = stats["mean"]
     wrong[(setup, coll, size, peer)] = wrong.get((setup, coll, size, peer), 0) + bad
 
 
@@ -337,19 +340,19 @@ for path in sorted(glob.glob(os.path.join(res, "*"))):
             doc = json.loads("\n".join(prefix.sub("", l) for l in text.splitlines()))
             for r in doc["results"]:
                 t = r["in_place"] if r["collective"] == "all_reduce" else r["out_of_place"]
-                add(setup, peer, run, r["collective"], r["size_bytes"], t["time_us"]["median"], t.get("wrong", 0))
+                add(setup, peer, run, r["collective"], r["size_bytes"], t["time_us"], t.get("wrong", 0))
         else:
             for l in text.splitlines():
                 if l.startswith("{"):
                     r = json.loads(l)
-                    add(setup, peer, run, r["collective"], r["size_bytes"], r["time_us"]["median"], r.get("wrong", 0))
+                    add(setup, peer, run, r["collective"], r["size_bytes"], r["time_us"], r.get("wrong", 0))
     except (ValueError, KeyError, TypeError) as e:
         print(f"collectives_hosts.sh: {peer} {setup} run {run}: unreadable result ({type(e).__name__}: {e}); left out",
               file=sys.stderr)
 
 
-def med(setup, coll, size, peer):
-    runs = times.get((setup, coll, size, peer))
+def med(setup, coll, size, peer, of=times):
+    runs = of.get((setup, coll, size, peer))
     return statistics.median(runs.values()) if runs else None
 
 
@@ -390,8 +393,8 @@ for setup in setups:
           + ", ".join(f"{k} {v}" for k, v in nruns.items() if v) + ")")
     print()
     print("| collective | size | gtrain µs | busbw GB/s | Open MPI µs | busbw | gloo µs | busbw "
-          "| gtrain / OMPI (busbw) | per run: median (range) | gtrain / gloo |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| gtrain / OMPI (busbw) | per run: median (range) | mean time: OMPI / gtrain | gtrain / gloo |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         size = lo
         while size <= hi:
@@ -402,13 +405,18 @@ for setup in setups:
                 cells.append("–" if t[peer] is None else f"{busbw(coll, size, t[peer], p):.2f}")
             ratio = lambda a, b: "–" if a is None or b is None else f"{a / b:.2f}x"
             print(f"| {coll} | {size_name(size)} | " + " | ".join(cells)
-                  + f" | {ratio(t['ompi'], t['gtrain'])} | {paired(setup, coll, size)} | {ratio(t['gloo'], t['gtrain'])} |")
+                  + f" | {ratio(t['ompi'], t['gtrain'])} | {paired(setup, coll, size)}"
+                  + f" | {ratio(med(setup, coll, size, 'ompi', means), med(setup, coll, size, 'gtrain', means))}"
+                  + f" | {ratio(t['gloo'], t['gtrain'])} |")
             size *= 2
     print()
 print("Medians over runs of each run's median time (the slowest rank's per iteration). "
       "busbw = size/time · 2(p−1)/p for all-reduce, · (p−1)/p for reduce-scatter and all-gather; "
       "a size is the whole buffer. Per run: each run's Open MPI time over its gtrain time, the median "
       "and range over runs (the libraries run in turn, the order reversed every other run). "
+      "Mean time: the median over runs of each run's mean time per call (nccl-tests' statistic), Open MPI's "
+      "over gtrain's: on the rate-limited link, where bursts may beat the rate, the median favours "
+      "the library whose few slow calls pay for many fast ones. "
       "gloo has no reduce-scatter in this torch (–).")
 PY
 # shellcheck disable=SC2016 # the backquotes are markdown

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,7 @@ func TestEveryCaseChecksClean(t *testing.T) {
 							if v.Wrong != 0 {
 								t.Errorf("%s %d bytes %s: %d wrong elements", r.Collective, r.SizeBytes, name, v.Wrong)
 							}
-							if s := v.TimeUS; !(s.Min > 0 && s.Min <= s.Median && s.Median <= s.Max) {
+							if s := v.TimeUS; !(s.Min > 0 && s.Min <= s.Median && s.Median <= s.Max && s.Min <= s.Mean && s.Mean <= s.Max) {
 								t.Errorf("%s %d bytes %s: times %+v", r.Collective, r.SizeBytes, name, s)
 							}
 						}
@@ -240,5 +241,28 @@ func TestTimedIterationsRunBackToBack(t *testing.T) {
 				t.Errorf("%d wrong elements after 200 back-to-back iterations", tms[0].Wrong)
 			}
 		})
+	}
+}
+
+// TestSummarize: the median of an even count is the mean of the middle
+// two, and the mean is the plain mean, which one slow call moves and the
+// median does not.
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		us   []float32
+		want Stats
+	}{
+		{[]float32{5}, Stats{Median: 5, Mean: 5, Min: 5, Max: 5}},
+		{[]float32{3, 1, 2}, Stats{Median: 2, Mean: 2, Min: 1, Max: 3}},
+		{[]float32{10, 1, 3, 2}, Stats{Median: 2.5, Mean: 4, Min: 1, Max: 10}},
+		{[]float32{1, 1, 1, 1, 96}, Stats{Median: 1, Mean: 20, Min: 1, Max: 96}},
+	} {
+		in := slices.Clone(tc.us)
+		if got := summarize(tc.us); got != tc.want {
+			t.Errorf("summarize(%v) = %+v, want %+v", in, got, tc.want)
+		}
+		if !slices.Equal(tc.us, in) {
+			t.Errorf("summarize(%v) reordered its input to %v", in, tc.us)
+		}
 	}
 }

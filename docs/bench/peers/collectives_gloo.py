@@ -66,7 +66,8 @@ def bench(coll, nbytes, iters, warmup, rank, world):
     factor = (2 if coll == "all_reduce" else 1) * (world - 1) / world
     print(json.dumps({
         "collective": coll, "size_bytes": nbytes, "count": nbytes // 4, "iters": iters,
-        "time_us": {"median": round(med * 1e6, 3), "min": round(float(t[0]) * 1e6, 3),
+        "time_us": {"median": round(med * 1e6, 3), "mean": round(float(t.double().mean()) * 1e6, 3),
+                    "min": round(float(t[0]) * 1e6, 3),
                     "max": round(float(t[-1]) * 1e6, 3)},
         "algbw_gbps": round(algbw, 4), "busbw_gbps": round(algbw * factor, 4),
         "wrong": int(bad),

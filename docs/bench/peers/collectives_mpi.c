@@ -100,14 +100,17 @@ static void bench(int coll, long bytes, long iters, long warmup, int rank, int n
 	}
 	MPI_Reduce(t, tmax, (int)iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 	if (rank == 0) {
+		double sum = 0;
+		for (long i = 0; i < iters; i++)
+			sum += tmax[i];
 		qsort(tmax, (size_t)iters, sizeof(double), cmp_double);
 		double med = iters % 2 ? tmax[iters / 2] : (tmax[iters / 2 - 1] + tmax[iters / 2]) / 2;
 		double algbw = (double)bytes / med / 1e9;
 		double factor = (coll == ALL_REDUCE ? 2.0 : 1.0) * (nranks - 1) / nranks;
 		printf("{\"collective\":\"%s\",\"size_bytes\":%ld,\"count\":%ld,\"iters\":%ld,"
-		       "\"time_us\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},"
+		       "\"time_us\":{\"median\":%.3f,\"mean\":%.3f,\"min\":%.3f,\"max\":%.3f},"
 		       "\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"wrong\":%ld}\n",
-		       names[coll], bytes, count, iters, med * 1e6, tmax[0] * 1e6,
+		       names[coll], bytes, count, iters, med * 1e6, sum / (double)iters * 1e6, tmax[0] * 1e6,
 		       tmax[iters - 1] * 1e6, algbw, algbw * factor, bad_all);
 		fflush(stdout);
 	}
