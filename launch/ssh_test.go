@@ -60,9 +60,10 @@ func TestSSHRunJob(t *testing.T) {
 }
 
 // TestSSHDisconnectTearsDown: when the launcher's connection drops, the
-// remote agent sees EOF and kills its ranks.
+// remote agent sees EOF, kills its ranks and removes its directory.
 func TestSSHDisconnectTearsDown(t *testing.T) {
-	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1")
+	tmp := t.TempDir() // the agent's TMPDIR
+	srv := startSSHServer(t, "GTRAIN_TEST_AGENT=1", "TMPDIR="+tmp)
 	tr := testSSH(srv, srv.knownHosts(t, srv.hostKey.PublicKey()))
 	p := sshJob(t, srv, "127.0.0.1", srv.port, 2, `echo "pid=$$"; exec sleep 300`)
 	conn, err := tr.Start(t.Context(), p.Hosts[0], p.Assignment(0, 0))
@@ -91,6 +92,18 @@ func TestSSHDisconnectTearsDown(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	// The agent tore down and removed its directory (with the store
+	// secret) rather than die of the broken pipe to the launcher.
+	for {
+		entries, err := os.ReadDir(tmp)
+		if err == nil && len(entries) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's TMPDIR still holds %v (%v) after the connection dropped", entries, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

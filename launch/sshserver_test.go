@@ -48,14 +48,15 @@ func newKey(t *testing.T) (ssh.Signer, []byte) {
 	return sg, pem.EncodeToMemory(block)
 }
 
-// startSSHServer listens on loopback. Commands run with env (plus PATH).
+// startSSHServer listens on loopback. Commands run with env (plus PATH and
+// this process's TMPDIR; a later TMPDIR in env wins).
 func startSSHServer(t *testing.T, env ...string) *testSSHServer {
 	t.Helper()
 	hostKey, _ := newKey(t)
 	clientKey, clientPEM := newKey(t)
 	dir := t.TempDir()
 	s := &testSSHServer{hostKey: hostKey, clientID: filepath.Join(dir, "id_ed25519"),
-		env: append([]string{"PATH=" + os.Getenv("PATH")}, env...)}
+		env: append([]string{"PATH=" + os.Getenv("PATH"), "TMPDIR=" + os.TempDir()}, env...)}
 	if err := os.WriteFile(s.clientID, clientPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
