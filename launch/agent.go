@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 // reaches end of file (the launcher is gone), or when ctx is cancelled (the
 // agent itself was signalled). version is reported in the joined event.
 func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) error {
+	survivePipe.Do(func() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) })
 	enc := proto.NewEncoder(out)
 	dec := proto.NewDecoder(in)
 	var asg proto.Assignment
@@ -37,6 +39,12 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) 
 	defer a.events.close() // every event written before the agent exits
 	return a.run(ctx, dec, version)
 }
+
+// survivePipe makes a write to a closed stdout (the launcher, or its SSH
+// session, gone) return EPIPE instead of killing the process, so that the
+// agent tears its ranks down and removes its directory; a handler rather
+// than SIG_IGN, which the ranks would inherit.
+var survivePipe sync.Once
 
 func checkAssignment(s *proto.Assignment) error {
 	switch {

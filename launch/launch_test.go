@@ -23,10 +23,6 @@ import (
 // local transport runs the real agent code in a real child process.
 func TestMain(m *testing.M) {
 	if os.Getenv("GTRAIN_TEST_AGENT") == "1" {
-		// As gtrain's Main: a write to a closed stdout (the launcher or
-		// its SSH session gone) returns EPIPE, so that the agent tears its
-		// ranks down and removes its directory instead of dying of SIGPIPE.
-		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		err := RunAgent(ctx, os.Stdin, os.Stdout, "test")
 		stop()

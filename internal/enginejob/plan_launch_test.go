@@ -24,7 +24,6 @@ import (
 // child process.
 func TestMain(m *testing.M) {
 	if os.Getenv("GTRAIN_TEST_AGENT") == "1" {
-		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // as gtrain's Main: EPIPE, not death
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		err := launch.RunAgent(ctx, os.Stdin, os.Stdout, "test")
 		stop()
