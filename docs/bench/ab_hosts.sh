@@ -41,7 +41,10 @@ done
 
 tmp=$(mktemp -d -t gtrain-ab-hosts.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-if [[ -z ${GTRAIN:-} ]]; then
+# A build for the variants that name none (all may: GTRAIN=... each).
+own=0
+for v in "${variants[@]}"; do [[ $v == GTRAIN=* ]] || own=1; done
+if [[ -z ${GTRAIN:-} ]] && ((own)); then
 	log "building gtrain"
 	PATH=$PATH:/usr/local/go/bin go build -o "$tmp/gtrain" ./cmd/gtrain
 	export GTRAIN=$tmp/gtrain
