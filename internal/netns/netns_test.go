@@ -177,7 +177,10 @@ func TestHelperProcess(t *testing.T) {
 // it with the id and sshd pid of the cluster it made.
 func helper(t *testing.T, mode string) (*exec.Cmd, *bufio.Reader, string, int) {
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), "GTRAIN_NETNS_HELPER="+mode)
+	// The helper's own temporary directories (its cluster's keys and
+	// sshd config) go under this test's: a killed helper cannot remove
+	// them itself.
+	cmd.Env = append(os.Environ(), "GTRAIN_NETNS_HELPER="+mode, "TMPDIR="+t.TempDir())
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
