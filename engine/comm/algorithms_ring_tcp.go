@@ -26,22 +26,9 @@ func (o *opState) ringTCP(rp *ringPass, in, out *tcpConn) error {
 		t.fillDst, t.fillSrc = rp.local(r).b, rp.own.b
 	}
 	t.header()
-	nFirst := ringPlan(t, rp)
-	hdrOut, hdrIn := t.hdrOut, t.hdrIn
 	// The header and the first step's chunks go at once, a later chunk
-	// once the chunk it forwards is in.
-	t.sendable = func(i, done int) bool {
-		if hdrOut {
-			if i == 0 {
-				return true
-			}
-			i--
-		}
-		if hdrIn {
-			done--
-		}
-		return i < nFirst || done > i-nFirst
-	}
+	// once the chunk it forwards is in (tcpPass.sendable).
+	t.nFirst, t.gated = ringPlan(t, rp), true
 	return t.run()
 }
 

@@ -91,6 +91,9 @@ func decodeHeader(b *[hdrSize]byte) (header, bool) {
 // mismatch describes how got (a peer's call) differs from want (ours), as
 // "called reduce_scatter (count 1000, not 1024)"; "" if they agree.
 func (want header) mismatch(got header) string {
+	if got == want {
+		return ""
+	}
 	var d []string
 	add := func(differs bool, format string, a ...any) {
 		if differs {

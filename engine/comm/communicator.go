@@ -80,6 +80,7 @@ type Communicator struct {
 	got     []bool // header received from peer in this operation
 	hdrIn   [][hdrSize]byte
 	scratch [numSlots][]uint64
+	pass    tcpPass // the TCP pass of the operation, its lists kept (tcp_pass.go)
 }
 
 // New connects rank (0 <= rank < size) to the other ranks of a group over

@@ -90,7 +90,7 @@ func (c *tcpConn) fdWait(ctx context.Context, events int16) error {
 func (c *tcpConn) writeFD(ctx context.Context, bufs [][]byte) (int, error) {
 	n := 0
 	for len(bufs) > 0 {
-		m, err := writev(c.sock, tcpLimit(bufs, tcpWriteMax))
+		m, err := writev(c.sock, tcpLimit(bufs, tcpWriteMax, nil))
 		switch {
 		case m > 0:
 			n += m

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -61,14 +62,17 @@ type tcpPass struct {
 
 	// sending: sends[i] is a message, lens its length prefixes; next is
 	// the first not yet queued in wq, the bytes not yet written.
-	sends    [][]byte
-	lens     []byte
-	sendable func(i, done int) bool // may message i go with done items finished; nil: all at once
-	hdrOut   bool                   // sends[0] is the header
-	next     int
-	wq       [][]byte
-	wrote    int64
-	hdrLeft  int // bytes of the header message not yet written
+	sends   [][]byte
+	lens    []byte
+	gated   bool // a message after the first nFirst waits for the one it forwards (the ring)
+	nFirst  int
+	hdrOut  bool // sends[0] is the header
+	next    int
+	wq      [][]byte
+	wqBase  [][]byte // wq's storage: wq starts here once it is empty
+	lim     [][]byte // tcpLimit's
+	wrote   int64
+	hdrLeft int // bytes of the header message not yet written
 
 	// receiving: recvs[got] is read into; off counts its bytes so far,
 	// length prefix included. recvs[:done] are finished (stored or
@@ -83,6 +87,7 @@ type tcpPass struct {
 	readIn int64
 
 	idle tcpIdle
+	fds  [2]unix.PollFd // wait's
 
 	// fillSrc is copied into fillDst (the same length) in pieces while
 	// neither socket can move, and the rest once every message is done:
@@ -98,14 +103,45 @@ type tcpPass struct {
 const tcpFillPiece = 16 << 10
 
 // newTCPPass starts a pass from peer from over in to peer to over out
-// (the same link for an exchange with one peer).
+// (the same link for an exchange with one peer). A communicator runs one
+// operation at a time and an operation one pass at a time, so the pass is
+// the communicator's, its lists kept from call to call: a collective over
+// TCP allocates no memory for them, and the garbage collector, which on a
+// rank pinned to one core stalled calls by 0.4-1.4 ms (the collection and
+// the first touch of the heap the calls grew; docs/benchmarks.md), runs
+// that much less often.
 func (o *opState) newTCPPass(from, to int, in, out *tcpConn) *tcpPass {
-	t := &tcpPass{o: o, in: in, out: out, from: from, to: to,
-		idle: tcpIdle{tcpWaitConfig: in.wait, bo: &in.spinBo}}
+	t := &o.c.pass
+	t.reset()
+	t.o, t.in, t.out, t.from, t.to = o, in, out, from, to
+	t.idle = tcpIdle{tcpWaitConfig: in.wait, bo: &in.spinBo}
 	if t.idle.sys == nil {
 		t.idle.sys = osTCPSys{}
 	}
 	return t
+}
+
+// tcpPassKeep bounds the lists a pass keeps for the next: 4096 messages
+// is a 1 GiB buffer's in 256 KiB chunks.
+const tcpPassKeep = 4096
+
+// reset clears the pass for the next, keeping its lists' storage (up to
+// tcpPassKeep) and no reference to this one's buffers, links or operation.
+func (t *tcpPass) reset() {
+	keep := func(s [][]byte) [][]byte {
+		if cap(s) > tcpPassKeep {
+			return nil
+		}
+		clear(s[:cap(s)])
+		return s[:0]
+	}
+	recvs := t.recvs[:0]
+	if cap(recvs) > tcpPassKeep {
+		recvs = nil
+	}
+	clear(recvs[:cap(recvs)])
+	*t = tcpPass{sends: keep(t.sends), lens: t.lens[:0], wqBase: keep(t.wqBase), lim: keep(t.lim), recvs: recvs}
+	t.wq = t.wqBase
 }
 
 // header queues this operation's header to and from the peers, once per
@@ -124,11 +160,12 @@ func (t *tcpPass) header() {
 
 // run moves every message of the pass.
 func (t *tcpPass) run() error {
+	defer t.reset()
 	if len(t.sends) == 0 && len(t.recvs) == 0 {
 		t.fill(len(t.fillSrc))
 		return nil
 	}
-	t.lens = make([]byte, 8*len(t.sends))
+	t.lens = slices.Grow(t.lens[:0], 8*len(t.sends))[:8*len(t.sends)]
 	for i, m := range t.sends {
 		binary.LittleEndian.PutUint64(t.lens[8*i:], uint64(len(m)))
 	}
@@ -209,16 +246,41 @@ func (t *tcpPass) alive() error {
 	return nil
 }
 
+// sendable reports whether message i may go with done items finished:
+// any at once, or on the ring the header and the first step's chunks at
+// once and a later chunk once the chunk it forwards is in.
+func (t *tcpPass) sendable(i, done int) bool {
+	if !t.gated {
+		return true
+	}
+	if t.hdrOut {
+		if i == 0 {
+			return true
+		}
+		i--
+	}
+	if t.hdrIn {
+		done--
+	}
+	return i < t.nFirst || done > i-t.nFirst
+}
+
 // write queues what may be sent and writes what the socket takes.
 func (t *tcpPass) write(fd int) (bool, error) {
-	for t.next < len(t.sends) && (t.sendable == nil || t.sendable(t.next, t.done)) && len(t.wq) < 1022 {
+	if len(t.wq) == 0 {
+		t.wq = t.wqBase[:0]
+	}
+	for t.next < len(t.sends) && t.sendable(t.next, t.done) && len(t.wq) < 1022 {
 		t.wq = append(t.wq, t.lens[8*t.next:8*t.next+8], t.sends[t.next])
+		if cap(t.wq) > cap(t.wqBase) { // grown: keep the new storage
+			t.wqBase = t.wq[:0]
+		}
 		t.next++
 	}
 	if len(t.wq) == 0 {
 		return false, nil
 	}
-	wq := tcpLimit(t.wq, tcpWriteMax)
+	wq := tcpLimit(t.wq, tcpWriteMax, &t.lim)
 	linkRaceRelease() // before the bytes can reach the peer (see link_race.go)
 	m, err := writev(fd, wq)
 	switch {
@@ -311,7 +373,7 @@ func (t *tcpPass) advance() {
 // or, once its spin budget is spent, blocks in poll(2) until a socket it
 // needs is ready, or tcpPollWait passes.
 func (t *tcpPass) wait(fdIn, fdOut int) error {
-	var fds [2]unix.PollFd
+	fds := &t.fds
 	k := 0
 	if t.got < len(t.recvs) {
 		fds[k] = unix.PollFd{Fd: int32(fdIn), Events: unix.POLLIN}
@@ -409,8 +471,8 @@ const tcpWriteSlack = 4 << 10
 
 // tcpLimit returns the first at most n bytes of bufs, or up to
 // tcpWriteSlack more where that ends the buffer it would cut or all of
-// bufs.
-func tcpLimit(bufs [][]byte, n int) [][]byte {
+// bufs. A cut list is made in *into's storage when into is not nil.
+func tcpLimit(bufs [][]byte, n int, into *[][]byte) [][]byte {
 	total := 0
 	for _, b := range bufs {
 		if total += len(b); total > n+tcpWriteSlack {
@@ -425,8 +487,15 @@ func tcpLimit(bufs [][]byte, n int) [][]byte {
 			if len(b)-n < tcpWriteSlack {
 				n = len(b)
 			}
-			out := append([][]byte(nil), bufs[:i+1]...)
+			var s [][]byte
+			if into != nil {
+				s = *into
+			}
+			out := append(s[:0], bufs[:i+1]...)
 			out[i] = b[:n]
+			if into != nil {
+				*into = out[:0]
+			}
 			return out
 		}
 		n -= len(b)
