@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -63,6 +64,9 @@ type agent struct {
 	asg    *proto.Assignment
 	events *eventWriter
 	tmpdir string
+	// tmpLock holds the liveness lock on tmpdir (agenttmp_linux.go) while
+	// open; nil without one.
+	tmpLock *os.File
 
 	binds    map[int]*Binding // by local rank; nil: ranks start unbound
 	startEnv []string         // from the start command, for every rank
@@ -94,9 +98,7 @@ func (a *agent) run(ctx context.Context, dec *proto.Decoder, version string) err
 		a.emit(proto.Event{Type: proto.EventError, Rank: -1, Message: err.Error()})
 		return err
 	}
-	if a.tmpdir != "" {
-		defer os.RemoveAll(a.tmpdir)
-	}
+	defer a.removeTmp()
 	cmds := make(chan proto.Command, 4)
 	go readCommands(dec, cmds)
 	facts := hostFacts(ctx, version)
@@ -156,12 +158,30 @@ func (a *agent) prepareTmp() error {
 			a.asg.Host, os.TempDir(), userfile.UnwrapPath(err))
 	}
 	a.tmpdir = dir
+	// Housekeeping, which never fails the job: without the lock this
+	// directory is only never swept, like those of older agents.
+	a.tmpLock, _ = lockTmp(dir)
+	sweepTmp(filepath.Dir(dir), dir)
 	if a.storeEnv, err = a.rankStoreEnv(); err != nil {
-		os.RemoveAll(dir)
-		a.tmpdir = ""
+		a.removeTmp()
 		return fmt.Errorf("agent: host %s: temporary directory %s: %w (set TMPDIR to a writable directory on that host)", a.asg.Host, dir, err)
 	}
 	return nil
+}
+
+// removeTmp removes the agent's temporary directory, if it made one, and
+// only then lets go of its liveness lock: a sweeping agent that opened the
+// lock file meanwhile cannot take the lock until the file is gone, and
+// then leaves the directory alone.
+func (a *agent) removeTmp() {
+	if a.tmpdir != "" {
+		os.RemoveAll(a.tmpdir)
+		a.tmpdir = ""
+	}
+	if a.tmpLock != nil {
+		a.tmpLock.Close()
+		a.tmpLock = nil
+	}
 }
 
 // awaitStart waits for the launcher's start command, keeping up heartbeats,
