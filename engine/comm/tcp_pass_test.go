@@ -79,7 +79,7 @@ const tcpCallAllocs = 12
 // tcpCallAllocs per call once warm, at a size of several chunks and
 // writes, so that a training loop's collectives give the garbage
 // collector little to do (on a rank pinned to a core a collection
-// stalled calls by 0.3-1.4 ms, docs/benchmarks.md).
+// stalled calls by 0.4-1.4 ms, docs/benchmarks.md).
 func TestTCPPassAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's bookkeeping allocates")
