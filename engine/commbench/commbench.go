@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -215,6 +216,10 @@ func measure(ctx context.Context, c *comm.Communicator, cfg Config, name string,
 func timeCase(ctx context.Context, c *comm.Communicator, k *bcase, inPlace bool, iters, warmup int, check bool) (Timing, error) {
 	run := func() error { return k.run(ctx, c, inPlace) }
 	k.reset(inPlace)
+	// As Go's testing package does before every benchmark: the garbage
+	// collection that this size's buffers (or the last size's, now free)
+	// set off runs here, not in the timed calls.
+	runtime.GC()
 	for range warmup {
 		if err := run(); err != nil {
 			return Timing{}, err
