@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
+	"github.com/gtrain/gtrain/internal/userfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -93,38 +93,15 @@ func sweepDirs(parent, keep string, maxNames, maxDirs int) []string {
 		return nil
 	}
 	var removed []string
-	for _, name := range tmpCandidates(parent, maxNames, maxDirs) {
+	// All listed before any is removed: a directory changing under a
+	// reader may skip names.
+	for _, name := range userfile.Names(parent, tmpPrefix, maxNames, maxDirs) {
 		path := filepath.Join(parent, name)
 		if path != filepath.Clean(keep) && removeIfDead(path, os.Getuid(), host) {
 			removed = append(removed, path)
 		}
 	}
 	return removed
-}
-
-// tmpCandidates lists parent's entries named tmpPrefix*, reading at most
-// maxNames names and keeping at most maxDirs. They are all listed before
-// any is removed: a directory changing under a reader may skip names.
-func tmpCandidates(parent string, maxNames, maxDirs int) []string {
-	d, err := os.Open(parent)
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	var names []string
-	for read := 0; read < maxNames && len(names) < maxDirs; {
-		ents, err := d.ReadDir(min(256, maxNames-read))
-		read += len(ents)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), tmpPrefix) && len(names) < maxDirs {
-				names = append(names, e.Name())
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	return names
 }
 
 // removeIfDead removes path if it is a real directory owned by uid whose

@@ -18,6 +18,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -218,4 +219,31 @@ func Prefix(ctx context.Context, op string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Names lists the entries of directory dir whose names begin with prefix,
+// in directory order: it reads at most maxScan names and keeps at most
+// maxNames, so that a directory of millions of entries (a crowded TMPDIR,
+// a host with thousands of network interfaces) costs a bounded read. A
+// directory that cannot be read gives what was read before the error.
+func Names(dir, prefix string, maxScan, maxNames int) []string {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	var names []string
+	for read := 0; read < maxScan && len(names) < maxNames; {
+		ents, err := d.ReadDir(min(256, maxScan-read))
+		read += len(ents)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix) && len(names) < maxNames {
+				names = append(names, e.Name())
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	return names
 }

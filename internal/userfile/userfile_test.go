@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,5 +150,30 @@ func TestReadRegular(t *testing.T) {
 				t.Fatalf("ReadRegular(%s) = %v, want an *Error wrapping %v saying %q", tt.path, err, tt.want, tt.msg)
 			}
 		})
+	}
+}
+
+// TestNames: only names with the prefix, at most maxNames of them, and at
+// most maxScan names read to find them.
+func TestNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a-1", "b-1", "a-2", "b-2", "a-3", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := Names(dir, "a-", 100, 100)
+	slices.Sort(all)
+	if !slices.Equal(all, []string{"a-1", "a-2", "a-3"}) {
+		t.Errorf("Names = %v, want a-1 a-2 a-3", all)
+	}
+	if got := Names(dir, "a-", 100, 2); len(got) != 2 {
+		t.Errorf("maxNames 2: %v", got)
+	}
+	if got := Names(dir, "", 4, 100); len(got) != 4 {
+		t.Errorf("maxScan 4 with every name wanted: %v, want 4", got)
+	}
+	if got := Names(filepath.Join(dir, "missing"), "", 100, 100); got != nil {
+		t.Errorf("a missing directory: %v", got)
 	}
 }

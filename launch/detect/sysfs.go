@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gtrain/gtrain/internal/userfile"
 )
 
 // fileLimit bounds every read: the sysfs and procfs files detection reads
@@ -73,26 +75,9 @@ func (f fsys) exists(p string) bool {
 // names lists the entries of directory p with the given prefix, sorted,
 // at most dirLimit of them.
 func (f fsys) names(p, prefix string) []string {
-	d, err := os.Open(f.path(p))
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	var out []string
 	// Scanning is bounded too: a host may hold thousands of veth
 	// interfaces, none of them wanted.
-	for scanned := 0; len(out) < dirLimit && scanned < 16*dirLimit; {
-		ents, err := d.ReadDir(256)
-		scanned += len(ents)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), prefix) && len(out) < dirLimit {
-				out = append(out, e.Name())
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
+	out := userfile.Names(f.path(p), prefix, 16*dirLimit, dirLimit)
 	slices.Sort(out)
 	return out
 }
