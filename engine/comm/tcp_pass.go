@@ -128,20 +128,19 @@ const tcpPassKeep = 4096
 // reset clears the pass for the next, keeping its lists' storage (up to
 // tcpPassKeep) and no reference to this one's buffers, links or operation.
 func (t *tcpPass) reset() {
-	keep := func(s [][]byte) [][]byte {
-		if cap(s) > tcpPassKeep {
-			return nil
-		}
-		clear(s[:cap(s)])
-		return s[:0]
-	}
-	recvs := t.recvs[:0]
-	if cap(recvs) > tcpPassKeep {
-		recvs = nil
-	}
-	clear(recvs[:cap(recvs)])
-	*t = tcpPass{sends: keep(t.sends), lens: t.lens[:0], wqBase: keep(t.wqBase), lim: keep(t.lim), recvs: recvs}
+	*t = tcpPass{sends: keepList(t.sends), lens: t.lens[:0], wqBase: keepList(t.wqBase),
+		lim: keepList(t.lim), recvs: keepList(t.recvs)}
 	t.wq = t.wqBase
+}
+
+// keepList empties s for reuse, its storage cleared of references, or
+// drops it when it is longer than tcpPassKeep.
+func keepList[T any](s []T) []T {
+	if cap(s) > tcpPassKeep {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
 }
 
 // header queues this operation's header to and from the peers, once per
