@@ -2,7 +2,11 @@
 
 package comm
 
-import "sync/atomic"
+import (
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
 
 // linkRaceSync makes the race detector see the ordering a link provides: a
 // Send happens before the Recv of its message. It cannot see it through a
@@ -21,3 +25,17 @@ var linkRaceSync atomic.Uint64
 
 func linkRaceRelease() { linkRaceSync.Add(1) }
 func linkRaceAcquire() { linkRaceSync.Load() }
+
+// linkRaceWrote tells the detector that the first n bytes of bufs were
+// written, by a raw readv(2) that it cannot see (as unix.Readv does).
+func linkRaceWrote(bufs [][]byte, n int) {
+	for _, b := range bufs {
+		if n <= 0 {
+			return
+		}
+		if k := min(n, len(b)); k > 0 {
+			runtime.RaceWriteRange(unsafe.Pointer(&b[0]), k)
+			n -= k
+		}
+	}
+}

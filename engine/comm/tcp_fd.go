@@ -31,6 +31,25 @@ import (
 // use it with non-blocking system calls, waiting in poll(2) (at most
 // tcpPollWait at a time, to notice cancellation, the operation's
 // deadline and Close). Striped links keep their net.TCPConns.
+//
+// The non-blocking calls (writev, readv, read) are raw system calls: the
+// Go scheduler is not told of them, as it is not of a function call. Told
+// (syscall.Syscall), it counts the thread as in a system call, and one
+// that lasts past a tick of the runtime's monitor (20 µs when busy) loses
+// its P: the monitor hands it to another thread, waking one to look for
+// work, and the caller must take a P back when the call returns. A write
+// of a 256 KiB chunk copies it into the socket and, on a veth, runs the
+// receiver's TCP processing too: 37-100 µs at the 2.6-7 GB/s such
+// transfers ran at here, well past a tick. With a rank bound to one core
+// (the bench harness's PIN=1; gtrain's --bind core gives each rank its
+// share of its node's cores, one on a 2-core host) the woken threads
+// take that core from the caller: in an all-reduce of 1 MiB between two
+// network-namespace hosts a rank switched 6.6 times a call in some runs
+// (7,250 times in 1,100 calls; 924 µs a call) and 0.3-0.7 in others (155
+// µs), and with raw calls 0.2-0.4 in every run (docs/benchmarks.md, "Raw
+// system calls"). None of these calls can block: the descriptor is
+// non-blocking (detach makes sure), so the most a call holds its P is
+// one copy. poll(2), which does block, stays a scheduler-visible call.
 
 // detach moves the link's one stream onto a descriptor of its own.
 func (c *tcpConn) detach() error {
@@ -46,8 +65,13 @@ func (c *tcpConn) detach() error {
 		return derr
 	}
 	// The duplicate shares the socket's status flags: it is non-blocking,
-	// as Go made it. Closing the original drops it from Go's epoll set;
-	// the socket lives on in fd.
+	// as Go made it, and the raw calls need it to be (set again, not
+	// assumed). Closing the original drops it from Go's epoll set; the
+	// socket lives on in fd.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return err
+	}
 	c.ncs[0].Close()
 	c.sock = fd
 	return nil
@@ -110,7 +134,7 @@ func (c *tcpConn) writeFD(ctx context.Context, bufs [][]byte) (int, error) {
 func (c *tcpConn) readFD(ctx context.Context, b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
-		m, err := unix.Read(c.sock, b[n:])
+		m, err := readv(c.sock, [][]byte{b[n:]})
 		switch {
 		case m > 0:
 			n += m
@@ -189,8 +213,25 @@ func (c *tcpConn) recvBody(ctx context.Context, n uint64, b []byte) error {
 // The kernel's read of the buffers happens before any byte leaves, and
 // the ordering a link gives is annotated by linkRaceRelease and
 // linkRaceAcquire (link_race.go). The iovecs of a short list stay on the
-// stack.
+// stack. It is a raw system call, for a non-blocking descriptor only
+// (see the top of this file).
 func writev(fd int, bufs [][]byte) (int, error) {
+	return rawv(unix.SYS_WRITEV, fd, bufs)
+}
+
+// readv reads into bufs with one readv(2), raw as writev and for the
+// same descriptors. In -race builds it tells the detector which bytes it
+// wrote, as unix.Readv does; the link's ordering is annotated as for
+// writev.
+func readv(fd int, bufs [][]byte) (int, error) {
+	n, err := rawv(unix.SYS_READV, fd, bufs)
+	linkRaceWrote(bufs, n)
+	return n, err
+}
+
+// rawv is writev(2) or readv(2) (trap) of the non-empty buffers of bufs,
+// as a raw system call. Nothing to move is 0 bytes, not a call.
+func rawv(trap uintptr, fd int, bufs [][]byte) (int, error) {
 	var arr [16]unix.Iovec
 	iov := arr[:0]
 	for _, b := range bufs {
@@ -203,7 +244,7 @@ func writev(fd int, bufs [][]byte) (int, error) {
 	if len(iov) == 0 {
 		return 0, nil
 	}
-	n, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 	if e != 0 {
 		return 0, e
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,5 +123,99 @@ func TestTCPCloseUnblocksRecv(t *testing.T) {
 	}
 	if err := a.Send(context.Background(), []byte("x")); !errors.Is(err, ErrLinkClosed) || !strings.Contains(err.Error(), "send") {
 		t.Errorf("Send after Close: %v, want ErrLinkClosed", err)
+	}
+}
+
+// TestTCPDetachNonBlocking: the raw calls on a detached stream must never
+// block (tcp_fd.go), so detach makes the descriptor non-blocking even
+// when the socket it came from was not.
+func TestTCPDetachNonBlocking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	d, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	defer peer.Close()
+	rc, err := d.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(s uintptr) { err = unix.SetNonblock(int(s), false) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTCPConn(1, []*net.TCPConn{d.(*net.TCPConn)}) // detaches a single stream
+	if c.sock < 0 {
+		t.Fatal("the link is not detached")
+	}
+	defer c.closeFD()
+	fl, err := unix.FcntlInt(uintptr(c.sock), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		t.Fatal("the detached descriptor is blocking: a raw read on it would hold its thread and P")
+	}
+	// Nothing sent yet: a read returns at once.
+	if n, err := readv(c.sock, [][]byte{make([]byte, 8)}); n != 0 || err != unix.EAGAIN {
+		t.Fatalf("read on an empty socket: %d, %v; want 0, EAGAIN", n, err)
+	}
+}
+
+// TestRawv: writev and readv move the non-empty buffers in order, split
+// as the reader's buffers are, and report EAGAIN and end of stream as the
+// system calls do.
+func TestRawv(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	if n, err := writev(fds[0], nil); n != 0 || err != nil {
+		t.Fatalf("writev of nothing: %d, %v", n, err)
+	}
+	if n, err := writev(fds[0], [][]byte{{}, {}}); n != 0 || err != nil {
+		t.Fatalf("writev of empty buffers: %d, %v", n, err)
+	}
+	if n, err := readv(fds[1], [][]byte{make([]byte, 4)}); n != 0 || err != unix.EAGAIN {
+		t.Fatalf("readv with nothing sent: %d, %v; want 0, EAGAIN", n, err)
+	}
+	if n, err := writev(fds[0], [][]byte{[]byte("abc"), {}, []byte("defgh"), []byte("ij")}); n != 10 || err != nil {
+		t.Fatalf("writev: %d, %v; want 10, nil", n, err)
+	}
+	a, b := make([]byte, 4), make([]byte, 4)
+	if n, err := readv(fds[1], [][]byte{a, {}, b}); n != 8 || err != nil {
+		t.Fatalf("readv: %d, %v; want 8, nil", n, err)
+	}
+	if got := string(a) + string(b); got != "abcdefgh" {
+		t.Fatalf("readv read %q, want %q", got, "abcdefgh")
+	}
+	c := make([]byte, 8)
+	if n, err := readv(fds[1], [][]byte{c}); n != 2 || err != nil || string(c[:2]) != "ij" {
+		t.Fatalf("readv of the rest: %d, %v, %q; want 2, nil, \"ij\"", n, err, c[:n])
+	}
+	unix.Close(fds[1])
+	if n, err := readv(fds[1], [][]byte{c}); err != unix.EBADF {
+		t.Fatalf("readv on a closed descriptor: %d, %v; want EBADF", n, err)
+	}
+	if _, err := writev(fds[0], [][]byte{[]byte("x")}); err != unix.EPIPE {
+		t.Fatalf("writev to a closed peer: %v; want EPIPE", err)
 	}
 }

@@ -307,7 +307,7 @@ func (t *tcpPass) read(fd int) (bool, error) {
 	if t.off >= 8 {
 		iov = iov[1:]
 	}
-	m, err := unix.Readv(fd, iov)
+	m, err := readv(fd, iov)
 	switch {
 	case m > 0:
 	case err == syscall.EAGAIN || err == syscall.EINTR:

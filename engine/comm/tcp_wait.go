@@ -76,7 +76,7 @@ type osTCPSys struct{}
 
 func (osTCPSys) now() time.Time { return time.Now() }
 func (osTCPSys) gosched()       { runtime.Gosched() }
-func (osTCPSys) schedYield()    { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+func (osTCPSys) schedYield()    { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) } // raw: see tcp_fd.go
 
 // poll waits in poll(2) for up to timeout and a millisecond more (poll
 // counts whole ones; a deadline just passed waits for ctx to say so).
