@@ -85,6 +85,7 @@ test: export GTRAIN_REQUIRE_PROTOBUF = 1
 test: deps vet
 	GTRAIN_REQUIRE_TORCH=1 GTRAIN_REQUIRE_NETNS=1 GTRAIN_REQUIRE_SLURM=1 $(GO) test -race -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -tags purego ./engine/kernels
+	$(PYTHON) -B docs/bench/stats.py
 	$(MAKE) fuzz
 
 # The suite on a busy machine: `make test` N times (default 3) with every

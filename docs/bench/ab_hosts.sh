@@ -9,8 +9,9 @@
 #   VARIANT is one environment assignment for the harness's runs: a build
 #   (GTRAIN=/tmp/gtrain-old) or a setting (GTRAIN_COMM_SPIN_US=500); 2 to 8.
 # Environment: ITERS, WARMUP, RUN_TIMEOUT, PIN as collectives_hosts.sh;
-#   GTRAIN the build of variants that set none; KEEP a directory for the
-#   raw results.
+#   RATE a rate such as 10gbit: the link limited by tc as there, instead of
+#   the bare veth (default none); GTRAIN the build of variants that set
+#   none; KEEP a directory for the raw results.
 # Prints markdown on stdout: per collective and size, each variant's median
 # over runs of each run's median µs and its ratio to the first variant; then
 # the same for each run's all-gather time over the same run's reduce-scatter
@@ -29,6 +30,9 @@ for a in "$@"; do
 	esac
 done
 runs=${pos[0]:-6} min=${pos[1]:-65536} max=${pos[2]:-4194304}
+rate=${RATE:-none}
+[[ $rate == none || $rate =~ ^[0-9]+[kmg]?bit$ ]] || { printf 'ab_hosts.sh: RATE %s: want e.g. 10gbit, or none\n' "$rate" >&2 && exit 2; }
+setup=$([[ $rate == none ]] && echo veth || echo "$rate").x1
 log() { printf 'ab_hosts.sh: %s\n' "$*" >&2; }
 # quiet_run (docs/bench/lib.sh): see there.
 . docs/bench/lib.sh
@@ -55,25 +59,31 @@ for ((r = 1; r <= runs; r++)); do
 	for ((k = 0; k < n; k++)); do
 		i=$((r % 2 ? k : n - 1 - k))
 		log "run $r of $runs: ${variants[i]} (load $(cut -d' ' -f1-3 /proc/loadavg))"
-		quiet_run "$tmp/run.err" env "${variants[i]}" PPN=1 RATE=none KEEP="$tmp/res/$i/$r" \
+		quiet_run "$tmp/run.err" env "${variants[i]}" PPN=1 RATE="$rate" BARE=$([[ $rate == none ]] && echo 1 || echo 0) KEEP="$tmp/res/$i/$r" \
 			docs/bench/collectives_hosts.sh --no-gloo --no-mpi 1 "$min" "$max"
 	done
 done
 [[ -n ${KEEP:-} ]] && mkdir -p "$KEEP" && cp -r "$tmp/res/." "$KEEP"/
 
-python3 - "$tmp/res" "${variants[@]}" <<'PY' || failed=1
+python3 - "$tmp/res" "$setup" "${variants[@]}" <<'PY' || failed=1
 import glob, json, os, re, statistics, sys
 
-res, variants = sys.argv[1], sys.argv[2:]
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, "docs/bench")
+from stats import median_ci
+
+res, setup, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
 prefix = re.compile(r"^\[[^\]]*\] ?")
 t = {}  # (variant, run, coll, size) -> the run's median µs
-for path in glob.glob(os.path.join(res, "*", "*", "veth.x1.gtrain.1.node0")):
+tm = {}  # the same for the run's mean µs
+for path in glob.glob(os.path.join(res, "*", "*", setup + ".gtrain.1.node0")):
     i, run = (int(x) for x in path.split(os.sep)[-3:-1])
     try:
         doc = json.loads("\n".join(prefix.sub("", l) for l in open(path).read().splitlines()))
         for x in doc["results"]:
             m = x["in_place"] if x["collective"] == "all_reduce" else x["out_of_place"]
             t[(i, run, x["collective"], x["size_bytes"])] = m["time_us"]["median"]
+            tm[(i, run, x["collective"], x["size_bytes"])] = m["time_us"]["mean"]
     except (ValueError, KeyError, TypeError) as e:
         print(f"ab_hosts.sh: {path}: unreadable ({type(e).__name__}: {e}); left out", file=sys.stderr)
 
@@ -112,18 +122,24 @@ table("each run's all-gather over the same run's reduce-scatter, median over run
 
 # The variants of one run ran back to back: what moves the machine for
 # minutes moves them together, so each run's ratio is the fairest.
-print("**each run's first variant over the same run's other variant (above 1 is faster), median (range) over runs**\n")
-print("| collective | size | " + " | ".join(f"{v} / {variants[0]}" for v in variants[1:]) + " |")
-print("|---|---:|" + "---:|" * (len(variants) - 1))
-for c, s in sorted({(k[2], k[3]) for k in t}):
-    cells = []
-    for i in range(1, len(variants)):
-        rs = [t[(0, r, c, s)] / t[(i, r, c, s)] for r in {k[1] for k in t} if (0, r, c, s) in t and t.get((i, r, c, s))]
-        cells.append(f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if rs else "–")
-    print(f"| {c} | {size_name(s)} | " + " | ".join(cells) + " |")
-print()
+for what, d in (("median", t), ("mean", tm)):
+    print(f"**each run's first variant over the same run's other variant, by the run's {what} time (above 1 is "
+          "faster): median over runs, and its 95% interval (CI) from 6 runs, else the range**\n")
+    print("| collective | size | " + " | ".join(f"{v} / {variants[0]}" for v in variants[1:]) + " |")
+    print("|---|---:|" + "---:|" * (len(variants) - 1))
+    for c, s in sorted({(k[2], k[3]) for k in d}):
+        cells = []
+        for i in range(1, len(variants)):
+            rs = [d[(0, r, c, s)] / d[(i, r, c, s)] for r in {k[1] for k in d} if (0, r, c, s) in d and d.get((i, r, c, s))]
+            if rs:
+                m, a, b, ci = median_ci(rs)
+                cells.append(f"{m:.2f}x ({'CI ' if ci else ''}{a:.2f}-{b:.2f})")
+            else:
+                cells.append("–")
+        print(f"| {c} | {size_name(s)} | " + " | ".join(cells) + " |")
+    print()
 PY
 printf 'Reproduce: `%sdocs/bench/ab_hosts.sh %s %s %s %s` — %s, nproc %s, load %s\n' \
-	"$( [[ -n ${ITERS:-} ]] && printf "ITERS=%s " "$ITERS")$( [[ -n ${WARMUP:-} ]] && printf "WARMUP=%s " "$WARMUP")" \
+	"$( [[ -n ${ITERS:-} ]] && printf "ITERS=%s " "$ITERS")$( [[ -n ${WARMUP:-} ]] && printf "WARMUP=%s " "$WARMUP")$( [[ -n ${PIN:-} ]] && printf "PIN=%s " "$PIN")$( [[ $rate != none ]] && printf "RATE=%s " "$rate")" \
 	"$runs" "$min" "$max" "${variants[*]}" "$(date -u +%Y-%m-%dT%H:%MZ)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"

@@ -16,6 +16,8 @@
 #   GTRAIN        gtrain binary (default: go build ./cmd/gtrain into a temp dir)
 #   RATE          the limited link's rate, for tc's tbf on both ends (default
 #                 10gbit); "none" runs the bare link only
+#   BARE          0: leave out the bare link (runs the limited one only;
+#                 default 1)
 #   PPN           ranks per host to run (default "1 2")
 #   ITERS         timed iterations per size (default 100 with 1 rank per host,
 #                 20 with more: on 2 cores Open MPI's oversubscribed ranks
@@ -75,6 +77,8 @@ for v in $ppns; do ((v >= 1 && v <= 8)) || { echo "collectives_hosts.sh: PPN $v:
 ((runs >= 1 && runs <= 100 && iters >= 1 && iters <= 100000 && min >= 64 && min % 64 == 0 && max >= min && max <= 1 << 30)) ||
 	{ echo "collectives_hosts.sh: want 1 <= runs <= 100, 1 <= ITERS <= 100000 and 64 <= min-bytes <= max-bytes <= 1 GiB, min a multiple of 64" >&2 && exit 2; }
 [[ $rate == none || $rate =~ ^[0-9]+[kmg]?bit$ ]] || { echo "collectives_hosts.sh: RATE $rate: want e.g. 10gbit, or none" >&2 && exit 2; }
+bare=${BARE:-1}
+[[ $bare == 1 || ($bare == 0 && $rate != none) ]] || { echo "collectives_hosts.sh: BARE $bare: want 1, or 0 with a RATE" >&2 && exit 2; }
 py=$(command -v python3)
 
 log() { printf 'collectives_hosts.sh: %s\n' "$*" >&2; }
@@ -124,6 +128,11 @@ for i in 0 1; do
 	ip -n "${ns[i]}" link set lo up
 	ip -n "${ns[i]}" link set "${dev[i]}" up
 done
+# What a frame of the link carries, for the tables' "of the link" column:
+# the MTU, and whether TCP adds its 12-byte timestamp option to every
+# segment (a namespace's own setting; on by default).
+mtu=$(ip netns exec "${ns[0]}" cat "/sys/class/net/${dev[0]}/mtu")
+tstamps=$(ip netns exec "${ns[0]}" sysctl -n net.ipv4.tcp_timestamps)
 
 # on I CMD...: run CMD on host I (its namespace, its own hostname hI).
 on() {
@@ -276,7 +285,8 @@ run_gloo() { # NAME PPN RUN
 	((rc == 0)) || report "gloo $1 run $3" "$rc" "$tmp/gloo.0.err"
 }
 
-links=(none)
+links=()
+((bare)) && links+=(none)
 [[ $rate != none ]] && links+=("$rate")
 t0=$SECONDS
 for link in "${links[@]}"; do
@@ -306,17 +316,22 @@ if [[ -n ${KEEP:-} ]]; then mkdir -p "$KEEP" && cp "$res"/* "$KEEP"/; fi
 # --- the tables --------------------------------------------------------------------
 cmd=docs/bench/collectives_hosts.sh
 ((${#argv[@]})) && cmd+=" ${argv[*]}"
-for v in RATE PPN ITERS WARMUP PIN TORCH_PYTHON; do [[ -n ${!v:-} ]] && cmd="$v='${!v}' $cmd"; done
+for v in RATE BARE PPN ITERS WARMUP PIN TORCH_PYTHON; do [[ -n ${!v:-} ]] && cmd="$v='${!v}' $cmd"; done
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 versions=("$gtrain_ver (gtrain run per node, rendezvous on h0)")
 ((want_mpi)) && versions+=("$mpi_ver (mpirun on h0, plm_rsh_agent ip netns exec, --bind-to none, btl self,tcp; self,vader,tcp with 2 ranks per host; btl_tcp_if_include the veth)")
 ((want_gloo)) && versions+=("$gloo_ver (GLOO_SOCKET_IFNAME the veth)")
 info=$(printf '%s; ' "${versions[@]}")
 {
-"$py" - "$res" "$min" "$max" "$rate" <<'PY' || failed=1
+"$py" - "$res" "$min" "$max" "$rate" "$mtu" "$tstamps" <<'PY' || failed=1
 import glob, json, os, re, statistics, sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+sys.path.insert(0, "docs/bench")
+from stats import median_ci
+
 res, lo, hi, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+mtu, tstamps = int(sys.argv[5]), sys.argv[6] != "0"
 times, wrong = {}, {}  # times[(setup, coll, size, peer)][run] = per-run median µs
 means = {}  # the same for the per-run mean µs, where the library reports it
 prefix = re.compile(r"^\[[^\]]*\] ?")
@@ -356,14 +371,42 @@ def med(setup, coll, size, peer, of=times):
     return statistics.median(runs.values()) if runs else None
 
 
-def paired(setup, coll, size):
+def ratios(setup, coll, size, of=times):
     """Each run's Open MPI time over the same run's gtrain time: what moves
     a whole run (this VM's speed drifts over minutes) moves both."""
-    g, o = times.get((setup, coll, size, "gtrain"), {}), times.get((setup, coll, size, "ompi"), {})
-    rs = [o[r] / g[r] for r in g if r in o and g[r] > 0]
+    g, o = of.get((setup, coll, size, "gtrain"), {}), of.get((setup, coll, size, "ompi"), {})
+    return [o[r] / g[r] for r in g if r in o and g[r] > 0]
+
+
+def paired(setup, coll, size, of=times):
+    rs = ratios(setup, coll, size, of)
     if not rs:
         return "–"
-    return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+    m, a, b, ci = median_ci(rs)
+    return f"{m:.2f}x ({'CI ' if ci else ''}{a:.2f}-{b:.2f})"
+
+
+def verdict(setup, coll, size):
+    """ahead, level or behind: where the confidence interval of the per-run
+    ratio of mean times (of median times where a peer reports no mean) lies
+    against 1; None below 6 runs."""
+    rs = ratios(setup, coll, size, means) or ratios(setup, coll, size)
+    if len(rs) < 6:
+        return None
+    _, a, b, _ = median_ci(rs)
+    return "ahead" if a > 1 else "behind" if b < 1 else "level"
+
+
+def link_payload(setup):
+    """Bytes a second of payload that the tc-limited link can carry: tbf
+    counts every frame with its Ethernet header, and each carries at most
+    MTU - 40 (IP and TCP headers) - 12 (timestamps) bytes of a stream.
+    None for the bare link, or a rate this cannot read."""
+    m = re.fullmatch(r"(\d+)([kmg]?)bit", setup.split(".x")[0])
+    if not m:
+        return None
+    bits = int(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+    return bits / 8 * (mtu - 40 - (12 if tstamps else 0)) / (mtu + 14)
 
 
 def size_name(n):
@@ -392,9 +435,12 @@ for setup in setups:
     print(f"**2 hosts × {p // 2} rank{'s' if p > 2 else ''}, {link}** (runs: "
           + ", ".join(f"{k} {v}" for k, v in nruns.items() if v) + ")")
     print()
+    ceiling = link_payload(setup) if p == 2 else None
     print("| collective | size | gtrain µs | busbw GB/s | Open MPI µs | busbw | gloo µs | busbw "
-          "| gtrain / OMPI (busbw) | per run: median (range) | mean time: OMPI / gtrain | gtrain / gloo |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| gtrain / OMPI (busbw) | per run: median (range) | mean time: OMPI / gtrain "
+          "| mean time per run: median (range) | of the link: gtrain, OMPI | gtrain / gloo |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    tally = {}
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         size = lo
         while size <= hi:
@@ -404,12 +450,27 @@ for setup in setups:
                 cells.append(f_time(t[peer], wrong.get((setup, coll, size, peer))))
                 cells.append("–" if t[peer] is None else f"{busbw(coll, size, t[peer], p):.2f}")
             ratio = lambda a, b: "–" if a is None or b is None else f"{a / b:.2f}x"
+            link = "–"
+            if ceiling:
+                share = lambda peer: (lambda m: "–" if m is None else f"{busbw(coll, size, m, p) * 1e9 / ceiling:.1%}")(
+                    med(setup, coll, size, peer, means))
+                link = f"{share('gtrain')}, {share('ompi')}"
             print(f"| {coll} | {size_name(size)} | " + " | ".join(cells)
                   + f" | {ratio(t['ompi'], t['gtrain'])} | {paired(setup, coll, size)}"
                   + f" | {ratio(med(setup, coll, size, 'ompi', means), med(setup, coll, size, 'gtrain', means))}"
+                  + f" | {paired(setup, coll, size, means)} | {link}"
                   + f" | {ratio(t['gloo'], t['gtrain'])} |")
+            v = verdict(setup, coll, size)
+            if v:
+                tally.setdefault(v, []).append(f"{coll} {size_name(size)}")
             size *= 2
     print()
+    if tally:
+        print("Against Open MPI, by the 95% interval of the per-run ratio of mean times: "
+              + "; ".join(f"{v} at {len(tally[v])} of {sum(map(len, tally.values()))} sizes"
+                          + ("" if v == "ahead" else f" ({', '.join(tally[v])})")
+                          for v in ("ahead", "level", "behind") if v in tally) + ".")
+        print()
 print("Medians over runs of each run's median time (the slowest rank's per iteration). "
       "busbw = size/time · 2(p−1)/p for all-reduce, · (p−1)/p for reduce-scatter and all-gather; "
       "a size is the whole buffer. Per run: each run's Open MPI time over its gtrain time, the median "
@@ -417,6 +478,13 @@ print("Medians over runs of each run's median time (the slowest rank's per itera
       "Mean time: the median over runs of each run's mean time per call (nccl-tests' statistic), Open MPI's "
       "over gtrain's: on the rate-limited link, where bursts may beat the rate, the median favours "
       "the library whose few slow calls pay for many fast ones. "
+      "Mean time per run: each run's Open MPI mean time per call over its gtrain one. "
+      "From 6 runs up, \"CI\" marks a distribution-free interval of at least 95% for the median "
+      "(sign-test order statistics) in place of the range; a size is ahead or behind where that interval "
+      "of the mean times lies above or below 1, level where it holds 1. "
+      "Of the link (1 rank per host on a limited link): busbw from the median over runs of each run's mean time, "
+      f"over the payload a TCP stream can carry at that rate (frames of MTU {mtu}, each counted by tbf with its "
+      f"14-byte Ethernet header and carrying MTU − {52 if tstamps else 40} bytes of payload). "
       "gloo has no reduce-scatter in this torch (–).")
 PY
 # shellcheck disable=SC2016 # the backquotes are markdown
