@@ -17,8 +17,10 @@
 # the same for each run's all-gather time over the same run's reduce-scatter
 # of that size, which takes out what moves a whole run (for a change that
 # touches only one of them); then each run's ratio of the first variant to
-# each other, median and range over runs. Needs root, as
-# collectives_hosts.sh. Exits 1 if a run failed.
+# each other, by the run's median time and by its mean time: the median
+# over runs and, from 6 runs, a 95% interval for it (docs/bench/stats.py),
+# else the range. Needs root, as collectives_hosts.sh. Exits 1 if a run
+# failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pos=() variants=()

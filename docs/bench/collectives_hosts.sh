@@ -409,6 +409,13 @@ def link_payload(setup):
     return bits / 8 * (mtu - 40 - (12 if tstamps else 0)) / (mtu + 14)
 
 
+def link_share(setup, coll, size, peer, p, ceiling):
+    """peer's busbw by the median over runs of its mean time, as a share of
+    the link's payload rate (ceiling, bytes a second)."""
+    m = med(setup, coll, size, peer, means)
+    return "–" if m is None else f"{busbw(coll, size, m, p) * 1e9 / ceiling:.1%}"
+
+
 def size_name(n):
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << k and n % (1 << k) == 0:
@@ -452,9 +459,7 @@ for setup in setups:
             ratio = lambda a, b: "–" if a is None or b is None else f"{a / b:.2f}x"
             link = "–"
             if ceiling:
-                share = lambda peer: (lambda m: "–" if m is None else f"{busbw(coll, size, m, p) * 1e9 / ceiling:.1%}")(
-                    med(setup, coll, size, peer, means))
-                link = f"{share('gtrain')}, {share('ompi')}"
+                link = ", ".join(link_share(setup, coll, size, peer, p, ceiling) for peer in ("gtrain", "ompi"))
             print(f"| {coll} | {size_name(size)} | " + " | ".join(cells)
                   + f" | {ratio(t['ompi'], t['gtrain'])} | {paired(setup, coll, size)}"
                   + f" | {ratio(med(setup, coll, size, 'ompi', means), med(setup, coll, size, 'gtrain', means))}"
