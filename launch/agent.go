@@ -38,7 +38,38 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) 
 	}
 	a := &agent{asg: &asg, events: newEventWriter(enc), heard: time.Now()}
 	defer a.events.close() // every event written before the agent exits
+	a.pulse()
+	defer a.endPulse()
 	return a.run(ctx, dec, version)
+}
+
+// pulse beats at once and then every heartbeat interval while the agent
+// prepares to join: its temporary directory, the host's detection and the
+// rendezvous dial send nothing else, and on a loaded host they can take
+// longer than the launcher's silence limit. The loops that follow
+// (waitJoin, awaitStart, supervise) beat themselves, and end the pulse.
+func (a *agent) pulse() {
+	d := a.asg.Heartbeat()
+	if d <= 0 {
+		a.endPulse = func() {}
+		return
+	}
+	stop := make(chan struct{})
+	var once sync.Once
+	a.endPulse = func() { once.Do(func() { close(stop) }) }
+	a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			case <-stop:
+				return
+			}
+		}
+	}()
 }
 
 // survivePipe makes a write to a closed stdout (the launcher, or its SSH
@@ -73,6 +104,7 @@ type agent struct {
 	storeEnv []string         // GTRAIN_STORE_*: how ranks reach the rendezvous store
 	heard    time.Time        // when the launcher last sent anything
 	stopped  bool             // a teardown has begun
+	endPulse func()           // ends the heartbeats of the preparation (pulse)
 
 	mu    sync.Mutex
 	ranks []*rankProc
@@ -190,6 +222,7 @@ func (a *agent) removeTmp() {
 func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool {
 	beat, stopBeat := a.heartbeat()
 	defer stopBeat()
+	a.endPulse()
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,6 +259,7 @@ func (a *agent) heartbeat() (<-chan time.Time, func()) {
 func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-chan struct{}) {
 	beat, stopBeat := a.heartbeat()
 	defer stopBeat()
+	a.endPulse()
 	var kill <-chan time.Time
 	sigs := ctx.Done()
 	for {

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gtrain/gtrain/internal/hostinfo"
 	"github.com/gtrain/gtrain/internal/proctest"
 	"github.com/gtrain/gtrain/launch/proto"
 )
@@ -182,5 +184,62 @@ func TestEventWriterHeartbeatFirst(t *testing.T) {
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("events written = %v\nwant %v", got, want)
+	}
+}
+
+// TestAgentBeatsWhilePreparing: the agent beats from the moment it has
+// its assignment, while it detects its host (here held until three beats
+// have arrived), not only once it has joined: a slow detection on a
+// loaded host must not look like a dead agent to the launcher.
+func TestAgentBeatsWhilePreparing(t *testing.T) {
+	release := make(chan struct{})
+	detect := DetectHost
+	DetectHost = func(ctx context.Context) *hostinfo.Host {
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		return detect(ctx)
+	}
+	t.Cleanup(func() { DetectHost = detect })
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- RunAgent(t.Context(), inR, outW, "test")
+		outW.Close()
+	}()
+	asg := &proto.Assignment{V: proto.Version, RunID: "beat", Host: "localhost", GraceMillis: 1000, BeatMillis: 20,
+		Command: []string{"true"}, Ranks: []proto.RankAssignment{{Rank: 0}}}
+	go func() { _ = proto.NewEncoder(inW).Encode(asg) }()
+	dec := proto.NewDecoder(outR)
+	beats, joined := 0, false
+	for {
+		var ev proto.Event
+		if err := dec.Decode(&ev); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		switch ev.Type {
+		case proto.EventHeartbeat:
+			if beats++; beats == 3 && !joined {
+				close(release)
+			}
+		case proto.EventJoined:
+			joined = true
+			if beats < 3 {
+				t.Errorf("joined after %d heartbeats, though detection was held until 3", beats)
+			}
+		case proto.EventDone:
+			inW.Close()
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("RunAgent: %v", err)
+	}
+	if !joined {
+		t.Fatalf("the agent never joined (%d heartbeats)", beats)
 	}
 }

@@ -380,8 +380,9 @@ func (a *attempt) agentEnded(m agentMsg) {
 }
 
 // checkSilent declares lost, and kills, every agent not heard from (no event,
-// not even a heartbeat) for silentAfter the heartbeat interval: a hung agent
-// or a dead network must not hang the job.
+// not even a heartbeat) for SilentAfter the heartbeat interval: a hung agent
+// or a dead network must not hang the job. An agent that has said nothing
+// at all yet is left to the join deadline instead.
 func (a *attempt) checkSilent(now time.Time) {
 	limit := SilentAfter(a.p.Heartbeat)
 	last := a.lastCheck
@@ -393,6 +394,11 @@ func (a *attempt) checkSilent(now time.Time) {
 	}
 	for i, g := range a.agents {
 		if g.ended || g.done || g.life.alive(now, limit) || now.Sub(g.lastSeen) < limit {
+			continue
+		}
+		if g.life.heard.Load() == 0 && a.joinDeadline != nil {
+			// Never heard from: its process may still be starting on a
+			// loaded host. The join timeout bounds that (missingJoin).
 			continue
 		}
 		h := a.p.Hosts[i]

@@ -73,8 +73,9 @@ func TestRunSilentAgentAnnouncesLost(t *testing.T) {
 			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: rec, AgentGrace: time.Second})
 		}()
 		synctest.Wait()
+		tr.conns[1].send(proto.EventHeartbeat, -1, 0) // node 1 is up, then silent
 		stopBeat := make(chan struct{})
-		go func() { // node 0 beats; node 1 says nothing
+		go func() { // node 0 beats; node 1 says nothing more
 			tick := time.NewTicker(time.Second)
 			defer tick.Stop()
 			for {

@@ -68,6 +68,7 @@ func (a *agent) join(ctx context.Context, cmds <-chan proto.Command, facts *prot
 func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-chan error) error {
 	beat := time.NewTicker(max(a.asg.Heartbeat(), 100*time.Millisecond))
 	defer beat.Stop()
+	a.endPulse()
 	for {
 		select {
 		case err := <-done:

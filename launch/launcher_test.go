@@ -102,7 +102,9 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second})
 		}()
 		synctest.Wait()
-		// Node 0 keeps its heartbeat; node 1 says nothing at all.
+		// Node 0 keeps its heartbeat; node 1 beats once (its agent is
+		// up), then says nothing.
+		tr.conns[1].send(proto.EventHeartbeat, -1, 0)
 		stopBeat := make(chan struct{})
 		go func() {
 			tick := time.NewTicker(time.Second)
@@ -130,6 +132,84 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		if d, limit := time.Since(start), SilentAfter(p.Heartbeat); d < limit || d > limit+2*time.Second {
 			t.Errorf("lost after %v, want just after the %v silence limit", d, limit)
 		}
+	})
+}
+
+// TestRunUnheardAgentHasTheJoinTimeout: an agent that has said nothing
+// at all yet (its process still starting on a loaded host) is not lost
+// at the silence limit: it joins after 20 s and the job runs; one that
+// never says anything is reported as not joined, at the join timeout.
+func TestRunUnheardAgentHasTheJoinTimeout(t *testing.T) {
+	const join = 40 * time.Second
+	beat := func(c *fakeConn, stop <-chan struct{}) {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				c.send(proto.EventHeartbeat, -1, 0)
+			case <-stop:
+				return
+			}
+		}
+	}
+	// start runs a job on 2 fake hosts of which node 0 joins and beats
+	// until stop is closed.
+	start := func(t *testing.T) (tr *fakeTransport, p *Job, errc chan error, stop chan struct{}) {
+		tr, p, errc, stop = &fakeTransport{}, fakeJob(t, 2), make(chan error, 1), make(chan struct{})
+		go func() {
+			errc <- Run(t.Context(), p, Runtime{Transport: tr, View: &recorder{}, AgentGrace: time.Second, JoinTimeout: join})
+		}()
+		synctest.Wait()
+		tr.conns[0].send(proto.EventJoined, -1, 0)
+		go beat(tr.conns[0], stop)
+		return tr, p, errc, stop
+	}
+	t.Run("late", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tr, p, errc, stop := start(t)
+			late := 20 * time.Second
+			if late <= SilentAfter(p.Heartbeat) || late >= join {
+				t.Fatalf("the late join at %v is not between the silence limit %v and the join timeout %v", late, SilentAfter(p.Heartbeat), join)
+			}
+			time.Sleep(late)
+			tr.conns[1].send(proto.EventJoined, -1, 0)
+			go beat(tr.conns[1], stop)
+			var got []string
+			for _, c := range tr.conns {
+				got = append(got, (<-c.cmds).Type)
+			}
+			close(stop)
+			for i, c := range tr.conns {
+				c.send(proto.EventRankExited, i, 0)
+				c.send(proto.EventDone, -1, 0)
+				c.Kill()
+			}
+			err := <-errc
+			if got[0] != proto.CommandStart || got[1] != proto.CommandStart || err != nil {
+				t.Fatalf("agents got %q, Run error = %v; want start for both and success: node 1 joined within the join timeout", got, err)
+			}
+		})
+	})
+	t.Run("never", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			began := time.Now()
+			tr, _, errc, stop := start(t)
+			go func() { // node 0 obeys the stop
+				<-tr.conns[0].cmds
+				close(stop)
+				tr.conns[0].send(proto.EventDone, -1, 0)
+				tr.conns[0].Kill()
+			}()
+			err := <-errc
+			var lost *AgentLostError
+			if !errors.As(err, &lost) || lost.Host != "worker-1" || !strings.Contains(err.Error(), "did not join within 40s") {
+				t.Fatalf("Run error = %v, want worker-1 not joined within %v", err, join)
+			}
+			if d := time.Since(began); d < join || d > join+2*time.Second {
+				t.Errorf("reported after %v, want just after the join timeout %v", d, join)
+			}
+		})
 	})
 }
 
