@@ -67,6 +67,9 @@ func (e *LockedError) Error() string {
 		e.Dir, e.Owner.describe())
 }
 
+// Describe is the owner in words, as describe gives them.
+func (o LockOwner) Describe() string { return o.describe() }
+
 // describe is the owner in words: "gtrain job 1b4e… (pid 4242 on node-1,
 // since 2026-11-22 19:30:12: "gtrain run --job j.yaml")".
 func (o LockOwner) describe() string {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // lockChildEnv makes the test binary, re-executed by TestLockBetweenProcesses,
@@ -235,5 +237,64 @@ func TestLockSpecialFile(t *testing.T) {
 	}
 	if o := readOwner(filepath.Join(fifo, LockName)); o.PID != 0 {
 		t.Errorf("owner read from a FIFO: %+v", o)
+	}
+}
+
+// TestHolder: Holder names the process that holds a directory's lock,
+// without taking it (the holder keeps it, and a Lock meanwhile is still
+// refused); once the holder is gone, it reports none.
+func TestHolder(t *testing.T) {
+	dir := t.TempDir()
+	if _, held := Holder(dir); held {
+		t.Fatal("Holder of a directory without a lock file: held")
+	}
+	holder := startHolder(t, dir)
+	owner, held := Holder(dir)
+	if !held || owner.PID != holder.Process.Pid || owner.RunID != "run-A" {
+		t.Fatalf("Holder = %+v, %v; want run-A, pid %d", owner, held, holder.Process.Pid)
+	}
+	if _, err := Lock(dir, ThisProcess("run-B", "")); !errors.As(err, new(*LockedError)) {
+		t.Fatalf("Lock after Holder: %v, want *LockedError (Holder must not take the lock)", err)
+	}
+	must(t, holder.Process.Kill())
+	holder.Wait()
+	if owner, held := Holder(dir); held {
+		t.Errorf("Holder after the holder was killed = %+v, held", owner)
+	}
+	// Its own lock counts too: the table does not say whose a lock is.
+	l, err := LockWriter(dir, ThisProcess("run-C", ""))
+	must(t, err)
+	defer l.Unlock()
+	if owner, held := Holder(dir); !held || owner.RunID != "run-C" {
+		t.Errorf("Holder with the writer lock taken = %+v, %v; want run-C", owner, held)
+	}
+}
+
+// TestFlockedTable: flocked reads the kernel's table as proc(5) gives it,
+// skipping waiters and other kinds of lock, and bounds what it reads.
+func TestFlockedTable(t *testing.T) {
+	table := filepath.Join(t.TempDir(), "locks")
+	old := procLocks
+	procLocks = table
+	t.Cleanup(func() { procLocks = old })
+	const ino = 131 // on device fd:01
+	for _, tt := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"held", "1: POSIX  ADVISORY  WRITE 7 fd:01:131 0 EOF\n2: FLOCK  ADVISORY  WRITE 4242 fd:01:131 0 EOF\n", true},
+		{"other inode", "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1310 0 EOF\n", false},
+		{"other device", "1: FLOCK  ADVISORY  WRITE 4242 fd:02:131 0 EOF\n", false},
+		{"posix only", "1: POSIX  ADVISORY  WRITE 4242 fd:01:131 0 EOF\n", false},
+		{"waiter only", "1: -> FLOCK  ADVISORY  WRITE 4243 fd:01:131 0 EOF\n", false},
+		{"short lines", "garbage\n1:\n\n", false},
+		{"one long line", strings.Repeat("x", 1<<20) + "\n2: FLOCK  ADVISORY  WRITE 4242 fd:01:131 0 EOF\n", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			must(t, os.WriteFile(table, []byte(tt.text), 0o644))
+			if got, _ := flocked(unix.Mkdev(0xfd, 0x01), ino); got != tt.want {
+				t.Errorf("flocked = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

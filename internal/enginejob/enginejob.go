@@ -196,7 +196,7 @@ func Resume(ctx context.Context, path string, o Options) (*Job, error) {
 func (j *Job) resume(ctx context.Context, o Options, path string, t ckpt.Target) error {
 	c, err := resumePoint(ctx, o.warn, path, t)
 	if err != nil {
-		return err
+		return inUse(ctx, err, o, t.Root)
 	}
 	var spec train.Spec
 	if err := json.Unmarshal(c.Manifest.Job, &spec); err != nil {
@@ -274,6 +274,21 @@ func absTarget(t ckpt.Target) (ckpt.Target, error) {
 	}
 	t.Step, err = filepath.Abs(t.Step)
 	return t, err
+}
+
+// inUse adds to a dry run's failure to read a checkpoint of root that
+// another job holds the directory (a real resume has been refused by then,
+// naming that job): that job commits and prunes checkpoints as it trains,
+// and one may have changed while it was read.
+func inUse(ctx context.Context, err error, o Options, root string) error {
+	if !o.DryRun || ctx.Err() != nil {
+		return err
+	}
+	owner, held := ckpt.Holder(root)
+	if !held {
+		return err
+	}
+	return fmt.Errorf("%w; the directory is in use by %s, which commits and prunes checkpoints as it trains: it may not have committed one yet, or pruned one while this dry run read it; run the dry run again", err, owner.Describe())
 }
 
 // resumePoint is the checkpoint a resume of path starts from: that of the

@@ -188,3 +188,25 @@ func TestResumeNothing(t *testing.T) {
 		t.Errorf("%s holds %d entries after the refused resume, want only the lock file", empty, len(ents))
 	}
 }
+
+// TestDryResumeOfBusyDir: a dry run that finds no valid checkpoint in a
+// directory another job holds says so, naming that job and to run it
+// again (the job may have pruned or not yet committed what it read); of a
+// directory no one holds it says only what it found.
+func TestDryResumeOfBusyDir(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Resume(t.Context(), dir, Options{Ranks: 1, DryRun: true})
+	if !errors.As(err, new(*usage.Error)) || strings.Contains(err.Error(), "in use") {
+		t.Fatalf("dry run of a free directory: %v, want a usage error saying nothing of its use", err)
+	}
+	l, err := ckpt.Lock(dir, ckpt.ThisProcess("job-A", "gtrain run --job a.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	_, err = Resume(t.Context(), dir, Options{Ranks: 1, DryRun: true})
+	want := `no valid checkpoint to resume from (see ` + "`gtrain ckpt ls " + dir + "`" + `); the directory is in use by another gtrain job "job-A"`
+	if !errors.As(err, new(*usage.Error)) || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "run the dry run again") {
+		t.Errorf("dry run of a held directory: %v, want a usage error saying %q ... run the dry run again", err, want)
+	}
+}
