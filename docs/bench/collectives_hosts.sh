@@ -100,7 +100,7 @@ net=10.213.$(($$ % 200 + 20))
 ip_of=("$net.1" "$net.2")
 tmp=$(mktemp -d -t gtrain-collectives-hosts.XXXXXX)
 sids=()
-# kill_session, start and finish (docs/bench/lib.sh): see there.
+# kill_session, start, finish, veth_hosts and tbf (docs/bench/lib.sh): see there.
 . docs/bench/lib.sh
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
@@ -120,14 +120,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ip netns add "${ns[0]}"
-ip netns add "${ns[1]}"
-ip link add "${dev[0]}" netns "${ns[0]}" type veth peer name "${dev[1]}" netns "${ns[1]}"
-for i in 0 1; do
-	ip -n "${ns[i]}" addr add "${ip_of[i]}/24" dev "${dev[i]}"
-	ip -n "${ns[i]}" link set lo up
-	ip -n "${ns[i]}" link set "${dev[i]}" up
-done
+veth_hosts "${ns[@]}" "${dev[@]}" "${ip_of[@]}"
 # What a frame of the link carries, for the tables' "of the link" column:
 # the MTU, and whether TCP adds its 12-byte timestamp option to every
 # segment (a namespace's own setting; on by default).
@@ -146,7 +139,7 @@ limit() {
 	local i
 	for i in 0 1; do
 		ip netns exec "${ns[i]}" tc qdisc del dev "${dev[i]}" root 2>/dev/null || true
-		[[ $1 == none ]] || ip netns exec "${ns[i]}" tc qdisc add dev "${dev[i]}" root tbf rate "$1" burst 1mb latency 10ms
+		[[ $1 == none ]] || tbf "${ns[i]}" "${dev[i]}" "$1"
 	done
 }
 

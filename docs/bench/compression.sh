@@ -102,16 +102,9 @@ GTRAIN=$(realpath "$GTRAIN")
 
 if [[ $where == *hosts* ]]; then
 	for c in ip tc unshare; do command -v "$c" >/dev/null || die "needs $c (apt-get install iproute2 util-linux)"; done
-	# Two namespaces and one veth pair between them: no route anywhere else.
-	ip netns add "${ns[0]}"
-	ip netns add "${ns[1]}"
-	ip link add "${dev[0]}" netns "${ns[0]}" type veth peer name "${dev[1]}" netns "${ns[1]}"
-	for i in 0 1; do
-		ip -n "${ns[i]}" addr add "${ip_of[i]}/24" dev "${dev[i]}"
-		ip -n "${ns[i]}" link set lo up
-		ip -n "${ns[i]}" link set "${dev[i]}" up
-		ip netns exec "${ns[i]}" tc qdisc add dev "${dev[i]}" root tbf rate "$rate" burst 1mb latency 10ms
-	done
+	# veth_hosts and tbf (docs/bench/lib.sh): see there.
+	veth_hosts "${ns[@]}" "${dev[@]}" "${ip_of[@]}"
+	for i in 0 1; do tbf "${ns[i]}" "${dev[i]}" "$rate"; done
 fi
 txbytes() { # the bytes both ends of the link have sent
 	echo $(($(ip netns exec "${ns[0]}" cat "/sys/class/net/${dev[0]}/statistics/tx_bytes") + $(ip netns exec "${ns[1]}" cat "/sys/class/net/${dev[1]}/statistics/tx_bytes")))

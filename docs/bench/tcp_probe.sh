@@ -42,15 +42,12 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+# veth_hosts and tbf (docs/bench/lib.sh): see there.
+. docs/bench/lib.sh
 trap 'exit 130' INT TERM
-ip netns add "${ns[0]}"
-ip netns add "${ns[1]}"
-ip link add "${ns[0]}" netns "${ns[0]}" type veth peer name "${ns[1]}" netns "${ns[1]}"
+veth_hosts "${ns[@]}" "${ns[@]}" "${ip_of[@]}" # each end named as its namespace
 for i in 0 1; do
-	ip -n "${ns[i]}" addr add "${ip_of[i]}/24" dev "${ns[i]}"
-	ip -n "${ns[i]}" link set lo up
-	ip -n "${ns[i]}" link set "${ns[i]}" up
-	[[ $rate == none ]] || ip netns exec "${ns[i]}" tc qdisc add dev "${ns[i]}" root tbf rate "$rate" burst 1mb latency 10ms
+	[[ $rate == none ]] || tbf "${ns[i]}" "${ns[i]}" "$rate"
 done
 if [[ -z ${GTRAIN:-} ]]; then
 	log "building gtrain"
