@@ -75,11 +75,11 @@ func (pn *perNode) meetRound(ctx context.Context, n int, me nodeInfo, timeout ti
 	s := pn.store
 	i, err := s.Add(ctx, roundKey(n, "count"), 1)
 	if err != nil {
-		return nil, 0, pn.storeErr(ctx, "join round "+strconv.Itoa(n), err, timeout)
+		return nil, 0, pn.storeErr(ctx, n, err, timeout)
 	}
 	raw, _ := json.Marshal(me)
 	if err := s.Set(ctx, roundKey(n, "member/"+strconv.FormatInt(i, 10)), raw); err != nil {
-		return nil, 0, pn.storeErr(ctx, "join round "+strconv.Itoa(n), err, timeout)
+		return nil, 0, pn.storeErr(ctx, n, err, timeout)
 	}
 	r := newRoundEntries(pn, n)
 	closed, err := pn.waitClosed(ctx, r, i)
@@ -87,7 +87,7 @@ func (pn *perNode) meetRound(ctx context.Context, n int, me nodeInfo, timeout ti
 		err = r.readTo(ctx, closed)
 	}
 	if err != nil {
-		return nil, 0, pn.storeErr(ctx, "round "+strconv.Itoa(n), err, timeout)
+		return nil, 0, pn.storeErr(ctx, n, err, timeout)
 	}
 	if i > closed {
 		return nil, 0, errSpare
@@ -362,20 +362,26 @@ func (e *jobEndedError) Error() string {
 	return fmt.Sprintf("launch: the job (--rdzv-id) ended already: node %s stopped it: %s", e.end.By, e.end.Reason)
 }
 
-// storeErr names the rendezvous in a failed store request; a wait that ran
-// out says who is missing.
-func (pn *perNode) storeErr(ctx context.Context, op string, err error, timeout time.Duration) error {
+// storeErr is a failed store request of round n, naming the rendezvous: a
+// stop (a signal) as its cause, whichever request it interrupted; a store
+// refusing this node's secret, or a round that did not fill in time, with
+// what to do; the job's end elsewhere as it is.
+func (pn *perNode) storeErr(ctx context.Context, n int, err error, timeout time.Duration) error {
 	var je *jobEndedError
 	if errors.As(err, &je) {
 		return err
 	}
 	if errors.Is(err, rendezvous.ErrAuth) {
-		return fmt.Errorf("launch: %s at %s: %w (every node must have the same --rdzv-secret-file or GTRAIN_RDZV_SECRET)", op, pn.endpoint, err)
+		return fmt.Errorf("launch: round %d at %s: %w (every node must have the same --rdzv-secret-file or GTRAIN_RDZV_SECRET)", n, pn.endpoint, err)
 	}
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return fmt.Errorf("launch: %s at %s: not enough nodes joined within %v (--nnodes %d:%d): start gtrain run on every node with the same --rdzv-id, or raise --join-timeout", op, pn.endpoint, timeout, pn.min, pn.max)
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, context.DeadlineExceeded) {
+			return fmt.Errorf("launch: round %d at %s: not enough nodes joined within %v (--nnodes %d:%d): start gtrain run on every node with the same --rdzv-id, or raise --join-timeout", n, pn.endpoint, timeout, pn.min, pn.max)
+		}
+		return fmt.Errorf("launch: round %d at %s: %w", n, pn.endpoint, cause)
 	}
-	return fmt.Errorf("launch: %s at %s: %w", op, pn.endpoint, err)
+	return fmt.Errorf("launch: round %d at %s: %w", n, pn.endpoint, err)
 }
 
 // digestOrNone names a node's job digest; a command's job has none.

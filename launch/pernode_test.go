@@ -1,8 +1,16 @@
 package launch
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/gtrain/gtrain/rendezvous"
 )
 
 // TestAssignRanks: given node ranks are kept, the others fill the free
@@ -98,5 +106,44 @@ func TestReadSecret(t *testing.T) {
 		if err == nil && string(s) != tt.env {
 			t.Errorf("secret %q, want %q", s, tt.env)
 		}
+	}
+}
+
+// TestStoreErr: a failed store request of a round reads the same however
+// far the node got into the round: a stop as its cause alone (CI once
+// saw Ctrl-C during the member write reported with the store's key); a
+// round that did not fill, and a refused secret, with what to do.
+func TestStoreErr(t *testing.T) {
+	pn := &perNode{endpoint: "127.0.0.1:29400", min: 2, max: 3}
+	sigint := &InterruptedError{Signal: syscall.SIGINT}
+	stopped, stop := context.WithCancelCause(t.Context())
+	stop(sigint)
+	late, cancel := context.WithTimeout(t.Context(), 0)
+	defer cancel()
+	<-late.Done()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{"interrupted writing", stopped, fmt.Errorf(`rendezvous: set "pernode/0/member/1": %w`, sigint),
+			`^launch: round 0 at 127\.0\.0\.1:29400: interrupted by SIGINT$`},
+		{"interrupted waiting", stopped, sigint, `^launch: round 0 at 127\.0\.0\.1:29400: interrupted by SIGINT$`},
+		{"timed out", late, context.DeadlineExceeded,
+			`^launch: round 0 at 127\.0\.0\.1:29400: not enough nodes joined within 1m0s \(--nnodes 2:3\): .*raise --join-timeout$`},
+		{"refused", t.Context(), fmt.Errorf("rendezvous: add: %w", rendezvous.ErrAuth),
+			`^launch: round 0 at 127\.0\.0\.1:29400: rendezvous: add: .*\(every node must have the same --rdzv-secret-file or GTRAIN_RDZV_SECRET\)$`},
+		{"store gone", t.Context(), errors.New("rendezvous: connection reset"), `^launch: round 0 at 127\.0\.0\.1:29400: rendezvous: connection reset$`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := pn.storeErr(tt.ctx, 0, tt.err, time.Minute)
+			if !regexp.MustCompile(tt.want).MatchString(got.Error()) {
+				t.Errorf("storeErr = %q, want it to match %q", got, tt.want)
+			}
+			if tt.ctx == stopped && !errors.Is(got, sigint) {
+				t.Errorf("storeErr = %v does not wrap the interruption (its exit code)", got)
+			}
+		})
 	}
 }
