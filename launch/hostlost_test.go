@@ -75,18 +75,7 @@ func TestRunSilentAgentAnnouncesLost(t *testing.T) {
 		synctest.Wait()
 		tr.conns[1].send(proto.EventHeartbeat, -1, 0) // node 1 is up, then silent
 		stopBeat := make(chan struct{})
-		go func() { // node 0 beats; node 1 says nothing more
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				select {
-				case <-tick.C:
-					tr.conns[0].send(proto.EventHeartbeat, -1, 0)
-				case <-stopBeat:
-					return
-				}
-			}
-		}()
+		go tr.conns[0].beatUntil(stopBeat) // node 1 says nothing more
 		go func() {
 			<-tr.conns[0].cmds
 			close(stopBeat)

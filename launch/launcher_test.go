@@ -76,6 +76,21 @@ func (c *fakeConn) send(typ string, rank, code int) {
 	c.events <- proto.Event{V: proto.Version, Type: typ, Host: c.host, Node: c.node, Rank: rank, Code: code}
 }
 
+// beatUntil sends a heartbeat every second, as an agent at --heartbeat 1s
+// (fakeJob's) does, until stop is closed.
+func (c *fakeConn) beatUntil(stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			c.send(proto.EventHeartbeat, -1, 0)
+		case <-stop:
+			return
+		}
+	}
+}
+
 func fakeJob(t *testing.T, hosts int) *Job {
 	t.Helper()
 	var nodes []hostfiles.Node
@@ -106,18 +121,7 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 		// up), then says nothing.
 		tr.conns[1].send(proto.EventHeartbeat, -1, 0)
 		stopBeat := make(chan struct{})
-		go func() {
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				select {
-				case <-tick.C:
-					tr.conns[0].send(proto.EventHeartbeat, -1, 0)
-				case <-stopBeat:
-					return
-				}
-			}
-		}()
+		go tr.conns[0].beatUntil(stopBeat)
 		go func() { // node 0 obeys a stop: its rank ends, then the agent
 			<-tr.conns[0].cmds
 			close(stopBeat)
@@ -141,18 +145,6 @@ func TestRunSilentAgentIsLost(t *testing.T) {
 // never says anything is reported as not joined, at the join timeout.
 func TestRunUnheardAgentHasTheJoinTimeout(t *testing.T) {
 	const join = 40 * time.Second
-	beat := func(c *fakeConn, stop <-chan struct{}) {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				c.send(proto.EventHeartbeat, -1, 0)
-			case <-stop:
-				return
-			}
-		}
-	}
 	// start runs a job on 2 fake hosts of which node 0 joins and beats
 	// until stop is closed.
 	start := func(t *testing.T) (tr *fakeTransport, p *Job, errc chan error, stop chan struct{}) {
@@ -162,7 +154,7 @@ func TestRunUnheardAgentHasTheJoinTimeout(t *testing.T) {
 		}()
 		synctest.Wait()
 		tr.conns[0].send(proto.EventJoined, -1, 0)
-		go beat(tr.conns[0], stop)
+		go tr.conns[0].beatUntil(stop)
 		return tr, p, errc, stop
 	}
 	t.Run("late", func(t *testing.T) {
@@ -174,7 +166,7 @@ func TestRunUnheardAgentHasTheJoinTimeout(t *testing.T) {
 			}
 			time.Sleep(late)
 			tr.conns[1].send(proto.EventJoined, -1, 0)
-			go beat(tr.conns[1], stop)
+			go tr.conns[1].beatUntil(stop)
 			var got []string
 			for _, c := range tr.conns {
 				got = append(got, (<-c.cmds).Type)
