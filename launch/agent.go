@@ -49,28 +49,30 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, version string) 
 // longer than the launcher's silence limit. The loops that follow
 // (waitJoin, awaitStart, supervise) beat themselves, and end the pulse.
 func (a *agent) pulse() {
-	d := a.asg.Heartbeat()
-	if d <= 0 {
+	tick, stopTick := a.heartbeat()
+	if tick == nil {
 		a.endPulse = func() {}
 		return
 	}
 	stop := make(chan struct{})
 	var once sync.Once
 	a.endPulse = func() { once.Do(func() { close(stop) }) }
-	a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+	a.beat()
 	go func() {
-		t := time.NewTicker(d)
-		defer t.Stop()
+		defer stopTick()
 		for {
 			select {
-			case <-t.C:
-				a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			case <-tick:
+				a.beat()
 			case <-stop:
 				return
 			}
 		}
 	}()
 }
+
+// beat sends a heartbeat.
+func (a *agent) beat() { a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1}) }
 
 // survivePipe makes a write to a closed stdout (the launcher, or its SSH
 // session, gone) return EPIPE instead of killing the process, so that the
@@ -228,7 +230,7 @@ func (a *agent) awaitStart(ctx context.Context, cmds <-chan proto.Command) bool 
 		case <-ctx.Done():
 			return false
 		case now := <-beat:
-			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			a.beat()
 			if a.launcherSilent(now) {
 				return false
 			}
@@ -267,7 +269,7 @@ func (a *agent) supervise(ctx context.Context, cmds <-chan proto.Command, all <-
 		case <-all:
 			return
 		case now := <-beat:
-			a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+			a.beat()
 			reapZombies(a.rankPIDs())
 			if kill == nil && !a.stopped && a.launcherSilent(now) {
 				kill = a.stop(a.asg.Grace(), syscall.SIGTERM)

@@ -80,7 +80,7 @@ func (a *agent) waitJoin(ctx context.Context, cmds <-chan proto.Command, done <-
 			return errStopped
 		case <-beat.C:
 			if a.asg.Heartbeat() > 0 {
-				a.emit(proto.Event{Type: proto.EventHeartbeat, Rank: -1})
+				a.beat()
 			}
 		case c := <-cmds:
 			a.heard = time.Now()
