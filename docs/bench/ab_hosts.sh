@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A/B of gtrain builds or settings across two network-namespace hosts: one
-# rank per host on the bare veth, gtrain alone, through collectives_hosts.sh,
-# the variants in alternating order run by run (first to last, then last to
-# first), since on this VM whole runs move by up to 2x between runs and the
-# first run after another can differ from the second.
+# rank per host (or PPN) on the bare veth, gtrain alone, through
+# collectives_hosts.sh, the variants in alternating order run by run (first
+# to last, then last to first), since on this VM whole runs move by up to 2x
+# between runs and the first run after another can differ from the second.
 # Usage: docs/bench/ab_hosts.sh [runs] [min-bytes] [max-bytes] VARIANT...
 #   runs defaults to 6, sizes to 65536 .. 4194304 bytes (factor 2). A
 #   VARIANT is one environment assignment for the harness's runs: a build
@@ -11,7 +11,9 @@
 # Environment: ITERS, WARMUP, RUN_TIMEOUT, PIN as collectives_hosts.sh;
 #   RATE a rate such as 10gbit: the link limited by tc as there, instead of
 #   the bare veth (default none); GTRAIN the build of variants that set
-#   none; KEEP a directory for the raw results.
+#   none; KEEP a directory for the raw results; PPN ranks per host (default
+#   1; with more, collectives_hosts.sh's defaults are 20 timed calls after 5
+#   warm-up ones: set ITERS and WARMUP).
 # Prints markdown on stdout: per collective and size, each variant's median
 # over runs of each run's median µs and its ratio to the first variant; then
 # the same for each run's all-gather time over the same run's reduce-scatter
@@ -34,7 +36,9 @@ done
 runs=${pos[0]:-6} min=${pos[1]:-65536} max=${pos[2]:-4194304}
 rate=${RATE:-none}
 [[ $rate == none || $rate =~ ^[0-9]+[kmg]?bit$ ]] || { printf 'ab_hosts.sh: RATE %s: want e.g. 10gbit, or none\n' "$rate" >&2 && exit 2; }
-setup=$([[ $rate == none ]] && echo veth || echo "$rate").x1
+ppn=${PPN:-1}
+[[ $ppn =~ ^[1-8]$ ]] || { printf 'ab_hosts.sh: PPN %s: want 1 to 8 ranks per host\n' "$ppn" >&2 && exit 2; }
+setup=$([[ $rate == none ]] && echo veth || echo "$rate").x$ppn
 log() { printf 'ab_hosts.sh: %s\n' "$*" >&2; }
 # quiet_run (docs/bench/lib.sh): see there.
 . docs/bench/lib.sh
@@ -61,7 +65,7 @@ for ((r = 1; r <= runs; r++)); do
 	for ((k = 0; k < n; k++)); do
 		i=$((r % 2 ? k : n - 1 - k))
 		log "run $r of $runs: ${variants[i]} (load $(cut -d' ' -f1-3 /proc/loadavg))"
-		quiet_run "$tmp/run.err" env "${variants[i]}" PPN=1 RATE="$rate" BARE=$([[ $rate == none ]] && echo 1 || echo 0) KEEP="$tmp/res/$i/$r" \
+		quiet_run "$tmp/run.err" env "${variants[i]}" PPN="$ppn" RATE="$rate" BARE=$([[ $rate == none ]] && echo 1 || echo 0) KEEP="$tmp/res/$i/$r" \
 			docs/bench/collectives_hosts.sh --no-gloo --no-mpi 1 "$min" "$max"
 	done
 done
@@ -142,6 +146,6 @@ for what, d in (("median", t), ("mean", tm)):
     print()
 PY
 printf 'Reproduce: `%sdocs/bench/ab_hosts.sh %s %s %s %s` — %s, nproc %s, load %s\n' \
-	"$( [[ -n ${ITERS:-} ]] && printf "ITERS=%s " "$ITERS")$( [[ -n ${WARMUP:-} ]] && printf "WARMUP=%s " "$WARMUP")$( [[ -n ${PIN:-} ]] && printf "PIN=%s " "$PIN")$( [[ $rate != none ]] && printf "RATE=%s " "$rate")" \
+	"$( [[ -n ${ITERS:-} ]] && printf "ITERS=%s " "$ITERS")$( [[ -n ${WARMUP:-} ]] && printf "WARMUP=%s " "$WARMUP")$( [[ -n ${PIN:-} ]] && printf "PIN=%s " "$PIN")$( [[ $rate != none ]] && printf "RATE=%s " "$rate")$( ((ppn > 1)) && printf "PPN=%s " "$ppn")" \
 	"$runs" "$min" "$max" "${variants[*]}" "$(date -u +%Y-%m-%dT%H:%MZ)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"
