@@ -11,7 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -218,8 +218,19 @@ func timeCase(ctx context.Context, c *comm.Communicator, k *bcase, inPlace bool,
 	k.reset(inPlace)
 	// As Go's testing package does before every benchmark: the garbage
 	// collection that this size's buffers (or the last size's, now free)
-	// set off runs here, not in the timed calls.
-	runtime.GC()
+	// set off runs here, not in the timed calls. And the memory the last
+	// size's buffers leave free goes back to the system here too
+	// (FreeOSMemory collects, then returns it): otherwise the runtime's
+	// background scavenger returns it during the next sizes' calls, a
+	// millisecond of work at a time (runtime.minScavWorkTime). On a rank
+	// with one P (pinned to one core) a waiting pass's runtime.Gosched,
+	// or its poll(2) giving up the P, handed the scavenger the P for
+	// that millisecond: across two hosts at 10 Gbit/s, reduce-scatter of
+	// 64 KiB after the all-reduces of up to 4 MiB had calls of 1.0-1.4
+	// ms, each spent in a Gosched, against a median of 25 µs
+	// (docs/benchmarks.md, "The reduce-scatter stalls were Go's
+	// scavenger").
+	debug.FreeOSMemory()
 	for range warmup {
 		if err := run(); err != nil {
 			return Timing{}, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -274,11 +275,7 @@ func TestSummarize(t *testing.T) {
 // last case's) does not run in the timed calls: across two hosts such a
 // collection made single calls of 1 MiB take 0.4-1.4 ms.
 func TestCollectsBeforeTiming(t *testing.T) {
-	forced := func() uint64 {
-		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
+	forced := func() uint64 { return metric("/gc/cycles/forced:gc-cycles") }
 	cs := world(t, 2)
 	cfg := Config{Collectives: []string{"all_reduce", "all_gather"}, DType: comm.Float32, Op: comm.Sum,
 		MinBytes: 1 << 10, MaxBytes: 4 << 10, StepFactor: 2, Iters: 2, Warmup: 1}
@@ -297,4 +294,37 @@ func TestCollectsBeforeTiming(t *testing.T) {
 	if got := forced() - before; cases == 0 || got < uint64(cases) {
 		t.Errorf("%d forced collections for %d cases, want at least one per case", got, cases)
 	}
+}
+
+// TestReturnsFreeMemoryBeforeTiming: the memory a case's predecessors
+// left free goes back to the system before the case's calls, not in them,
+// where Go's background scavenger would take a millisecond at a time of a
+// one-P rank's waits (commbench.go's timeCase).
+func TestReturnsFreeMemoryBeforeTiming(t *testing.T) {
+	free := func() uint64 { return metric("/memory/classes/heap/free:bytes") }
+	cs := world(t, 2)
+	cfg := Config{Collectives: []string{"all_reduce"}, DType: comm.Float32, Op: comm.Sum,
+		MinBytes: 1 << 10, MaxBytes: 1 << 10, StepFactor: 2, Iters: 2, Warmup: 1}
+	// 64 MiB that the next collection frees, as the last size's buffers.
+	const garbage = 64 << 20
+	sink := make([]byte, garbage)
+	for i := range sink {
+		sink[i] = byte(i)
+	}
+	sink = nil
+	runtime.GC()
+	if got := free(); got < garbage/2 {
+		t.Skipf("the runtime returned the freed memory at once (%d bytes left free): nothing to test", got)
+	}
+	runAll(t, cs, cfg)
+	if got := free(); got > garbage/4 {
+		t.Errorf("%d bytes of the heap free but not returned after the case, want under %d", got, garbage/4)
+	}
+}
+
+// metric reads one of the runtime's uint64 metrics.
+func metric(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
