@@ -226,10 +226,10 @@ func timeCase(ctx context.Context, c *comm.Communicator, k *bcase, inPlace bool,
 	// with one P (pinned to one core) a waiting pass's runtime.Gosched,
 	// or its poll(2) giving up the P, handed the scavenger the P for
 	// that millisecond: across two hosts at 10 Gbit/s, reduce-scatter of
-	// 64 KiB after the all-reduces of up to 4 MiB had calls of 1.0-1.4
-	// ms, each spent in a Gosched, against a median of 25 µs
-	// (docs/benchmarks.md, "The reduce-scatter stalls were Go's
-	// scavenger").
+	// 64 KiB after the all-reduces of up to 4 MiB had calls of 0.7-1.7
+	// ms against a median of 25 µs, the stalled rank's time in one
+	// Gosched, its peer's in poll(2) waiting for it (docs/benchmarks.md,
+	// "The reduce-scatter stalls were Go's scavenger").
 	debug.FreeOSMemory()
 	for range warmup {
 		if err := run(); err != nil {
