@@ -95,8 +95,9 @@ func dialRetry(parent context.Context, endpoint string, secret []byte, timeout t
 		}
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 			if parent.Err() != nil {
-				// Interrupted (Ctrl-C, the job's end): that, not a timeout.
-				return nil, context.Cause(parent)
+				// Interrupted (Ctrl-C, the job's end): that, not a
+				// timeout, named as the etcd dial names its endpoint.
+				return nil, fmt.Errorf("launch: rendezvous at %s: %w", endpoint, context.Cause(parent))
 			}
 			return nil, fmt.Errorf("launch: rendezvous at %s: no node hosts it after %v: %w (the endpoint's host must run gtrain run with the same --rdzv-endpoint; raise --join-timeout if it starts later)", endpoint, timeout, err)
 		}
