@@ -42,7 +42,8 @@ func TestRDTCPMatrix(t *testing.T) {
 
 // TestRDTCPReduceWaitsForSend has rank 0 of 2 send slowly (a 32 KiB send
 // buffer, and rank 1 reads through a 256 KiB receive buffer) while rank
-// 1's data reaches rank 0 at once (4 MiB buffers that way): rank 0 holds
+// 1's data reaches rank 0 at once (4 MiB buffers that way, set here: the
+// links leave the kernel's autotuning, which starts small): rank 0 holds
 // the peer's bytes of a chunk long before its own have gone out, and must
 // not reduce into the part of a chunk it is still sending, or rank 1
 // receives partial sums and the ranks disagree. Large chunks and repeated
@@ -50,11 +51,19 @@ func TestRDTCPMatrix(t *testing.T) {
 func TestRDTCPReduceWaitsForSend(t *testing.T) {
 	comms := tcpWorld(t, 2, 1, Options{Algorithm: "rd", ChunkBytes: 1 << 20, Timeout: time.Minute})
 	requireTCPLinks(t, comms)
-	if err := unix.SetsockoptInt(comms[0].conns[1].(*tcpConn).sock, unix.SOL_SOCKET, unix.SO_SNDBUF, 256<<10); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.SetsockoptInt(comms[1].conns[0].(*tcpConn).sock, unix.SOL_SOCKET, unix.SO_RCVBUF, 256<<10); err != nil {
-		t.Fatal(err)
+	for _, b := range []struct {
+		c        *Communicator
+		peer     int
+		opt, len int
+	}{
+		{comms[0], 1, unix.SO_SNDBUF, 256 << 10}, // the slow way
+		{comms[1], 0, unix.SO_RCVBUF, 256 << 10},
+		{comms[1], 0, unix.SO_SNDBUF, 4 << 20}, // the fast way, past autotuning's start
+		{comms[0], 1, unix.SO_RCVBUF, 4 << 20},
+	} {
+		if err := unix.SetsockoptInt(b.c.conns[b.peer].(*tcpConn).sock, unix.SOL_SOCKET, b.opt, b.len); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 4 {
 		a := caseArgs{dt: Float32, n: 1<<20 + 3, op: Sum, salt: i + 1}

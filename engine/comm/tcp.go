@@ -15,12 +15,13 @@ import (
 
 // TCP defaults and limits.
 const (
-	DefaultTCPBufSize     = 4 << 20          // SO_SNDBUF and SO_RCVBUF
 	DefaultTCPCongestion  = "reno"           // TCP_CONGESTION of the links (see tcp_cc.go)
 	TCPCongestionSystem   = "system"         // TCPConfig.Congestion: keep the system's
 	DefaultTCPDialTimeout = 20 * time.Second // per connection, dial and handshake
 	DefaultTCPHandshakes  = 64               // incoming connections authenticating at once
 	MaxTCPConnsPerPeer    = 16               // most connections per peer
+	MinTCPBufSize         = 4 << 10          // least TCPConfig.BufSize, when set
+	MaxTCPBufSize         = 1 << 30          // most TCPConfig.BufSize (the kernel caps it lower)
 	MaxGroupName          = 1024             // longest group name of ConnectGroup
 	tcpStripeMin          = 256 << 10        // messages this long or longer are striped
 	tcpMinSecret          = 16
@@ -44,8 +45,15 @@ type TCPConfig struct {
 	// ConnsPerPeer is the number of connections per link (default 1);
 	// messages of 256 KiB and more are striped across them.
 	ConnsPerPeer int
-	// BufSize sets SO_SNDBUF and SO_RCVBUF (default 4 MiB); negative leaves
-	// the kernel's autotuning alone.
+	// BufSize, when positive, sets SO_SNDBUF and SO_RCVBUF (the kernel
+	// caps them at net.core.wmem_max and rmem_max), which turns off the
+	// kernel's autotuning of both. The default (0, or negative) leaves
+	// autotuning on, as Open MPI's btl tcp does (btl_tcp_sndbuf and
+	// rcvbuf 0). Fixed 4 MiB buffers, this package's default until
+	// 2026-11-27, made 2-rank all-gathers of 8-64 MiB over a veth pair
+	// 1.9-2.5x slower in one set of runs, level in another, and were
+	// measurably faster nowhere (docs/benchmarks.md, "Socket buffers";
+	// measured before the ring's first step was paced, tcpRingWindow).
 	BufSize int
 	// Congestion is the TCP congestion control of the links (TCP_CONGESTION):
 	// "" is DefaultTCPCongestion, TCPCongestionSystem keeps the system's
@@ -83,11 +91,11 @@ func (c TCPConfig) withDefaults() (TCPConfig, error) {
 	if c.ConnsPerPeer == 0 {
 		c.ConnsPerPeer = 1
 	}
+	if c.BufSize > 0 && (c.BufSize < MinTCPBufSize || c.BufSize > MaxTCPBufSize) {
+		return c, fmt.Errorf("socket buffers of %d bytes: want %d to %d, or 0 for the kernel's autotuning", c.BufSize, MinTCPBufSize, MaxTCPBufSize)
+	}
 	if c.ConnsPerPeer < 1 || c.ConnsPerPeer > MaxTCPConnsPerPeer {
 		return c, fmt.Errorf("%d connections per peer: want 1 to %d", c.ConnsPerPeer, MaxTCPConnsPerPeer)
-	}
-	if c.BufSize == 0 {
-		c.BufSize = DefaultTCPBufSize
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultTCPDialTimeout

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var tpSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -251,4 +253,42 @@ func TestTCPGroups(t *testing.T) {
 		ts[r] = tr
 	}
 	tpCheckGroups(t, ts)
+}
+
+// TestTCPBufSize checks TCPConfig.BufSize: a size sets both socket
+// buffers of every link (the kernel reports twice what was set, its
+// bookkeeping included); sizes out of range are refused by name. The
+// default, the kernel's autotuning, sets nothing: the buffers start at
+// net.ipv4.tcp_rmem's and tcp_wmem's defaults and grow.
+func TestTCPBufSize(t *testing.T) {
+	const size = 96 << 10 // under any net.core.rmem_max a kernel starts with
+	for _, buf := range []int{0, size} {
+		store := NewMemStore()
+		_, links := tpMesh(t, 2, func(rank int) (Transport, error) {
+			return NewTCP(t.Context(), TCPConfig{Rank: rank, Size: 2, Store: store, Secret: tpSecret, Prefix: "job/0/tcp",
+				Bind: "127.0.0.1:0", Advertise: "127.0.0.1", BufSize: buf})
+		})
+		for r := range 2 {
+			fd := links[r][1-r].(*tcpConn).sock
+			for _, opt := range []int{unix.SO_SNDBUF, unix.SO_RCVBUF} {
+				got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case buf > 0 && got != 2*buf:
+					t.Errorf("BufSize %d: rank %d's socket option %d is %d, want %d", buf, r, opt, got, 2*buf)
+				case buf == 0 && got == 2*size:
+					t.Errorf("BufSize 0: rank %d's socket option %d is %d, as if set", r, opt, got)
+				}
+			}
+		}
+		tpExchange(t, links, []int{1, 1 << 20})
+	}
+	for _, bad := range []int{1, MinTCPBufSize - 1, MaxTCPBufSize + 1} {
+		_, err := NewTCP(t.Context(), TCPConfig{Rank: 0, Size: 2, Store: NewMemStore(), Secret: tpSecret, Prefix: "job/0/tcp",
+			Bind: "127.0.0.1:0", Advertise: "127.0.0.1", BufSize: bad})
+		if err == nil || !strings.Contains(err.Error(), "socket buffers of") {
+			t.Errorf("BufSize %d: %v, want it refused naming the socket buffers", bad, err)
+		}
+	}
 }

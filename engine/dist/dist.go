@@ -45,13 +45,16 @@ type Env struct {
 	// Congestion is rankenv.CommTCPCC as comm.TCPConfig.Congestion: empty
 	// when unset (the default).
 	Congestion string
+	// TCPBuf is rankenv.CommTCPBuf as comm.TCPConfig.BufSize: 0 when unset
+	// or "0" (the kernel's autotuning).
+	TCPBuf int
 }
 
 // FromEnv reads Env from the process environment (getenv is os.Getenv in
 // production): the torchrun contract (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE), the store's address and secret file the agent sets,
-// and the user's rankenv.CommAddr, rankenv.NoSHM, rankenv.CommSpinUS and
-// rankenv.CommTCPCC.
+// and the user's rankenv.CommAddr, rankenv.NoSHM, rankenv.CommSpinUS,
+// rankenv.CommTCPCC and rankenv.CommTCPBuf.
 // An error names the variable and says how to get it.
 func FromEnv(getenv func(string) string) (Env, error) {
 	var e Env
@@ -107,7 +110,24 @@ func FromEnv(getenv func(string) string) (Env, error) {
 	if err := comm.CheckTCPCongestion(e.Congestion); err != nil {
 		return Env{}, fmt.Errorf("dist: %s: %w", rankenv.CommTCPCC, err)
 	}
+	if e.TCPBuf, err = tcpBuf(getenv(rankenv.CommTCPBuf)); err != nil {
+		return Env{}, fmt.Errorf("dist: %w", err)
+	}
 	return e, nil
+}
+
+// tcpBuf reads rankenv.CommTCPBuf, whole bytes: 0 (autotuning) or from
+// comm.MinTCPBufSize to comm.MaxTCPBufSize.
+func tcpBuf(v string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n != 0 && (n < comm.MinTCPBufSize || n > comm.MaxTCPBufSize) {
+		return 0, fmt.Errorf("%s=%.40q: want whole bytes from %d to %d for SO_SNDBUF and SO_RCVBUF, or 0 (or unset) for the kernel's autotuning",
+			rankenv.CommTCPBuf, v, comm.MinTCPBufSize, comm.MaxTCPBufSize)
+	}
+	return n, nil
 }
 
 // spinWait reads rankenv.CommSpinUS, whole microseconds, bounded by
@@ -161,6 +181,9 @@ func Init(ctx context.Context, env Env, opts Options) (*World, error) {
 	}
 	if tcp.Congestion == "" {
 		tcp.Congestion = env.Congestion
+	}
+	if tcp.BufSize == 0 {
+		tcp.BufSize = env.TCPBuf
 	}
 	if tcp.Advertise == "" {
 		tcp.Advertise = env.CommAddr

@@ -59,6 +59,26 @@ func TestFromEnvCongestion(t *testing.T) {
 	}
 }
 
+// TestFromEnvTCPBuf checks GTRAIN_COMM_TCP_BUF: unset and "0" are the
+// kernel's autotuning (0 in Env), whole bytes from comm.MinTCPBufSize to
+// comm.MaxTCPBufSize are passed on; anything else is refused naming the
+// variable and the range.
+func TestFromEnvTCPBuf(t *testing.T) {
+	env := rankEnvWith(t, rankenv.CommTCPBuf)
+	for in, want := range map[string]int{"unset": 0, "": 0, "0": 0, "4096": comm.MinTCPBufSize, "4194304": 4 << 20, "1073741824": comm.MaxTCPBufSize} {
+		if e, err := FromEnv(env(in)); err != nil || e.TCPBuf != want {
+			t.Errorf("%s=%q: %d, %v; want %d", rankenv.CommTCPBuf, in, e.TCPBuf, err, want)
+		}
+	}
+	for _, bad := range []string{"4095", "1073741825", "-1", "4M", "4 MiB", " 4096", "0x1000", strings.Repeat("9", 100)} {
+		_, err := FromEnv(env(bad))
+		if err == nil || !strings.Contains(err.Error(), rankenv.CommTCPBuf+"=") || !strings.Contains(err.Error(), "from 4096 to") ||
+			len(err.Error()) > 300 {
+			t.Errorf("%s=%q: %v, want it refused naming the variable and the range, briefly", rankenv.CommTCPBuf, bad, err)
+		}
+	}
+}
+
 // rankEnvWith returns the environment of rank 0 of 2 with key set to the
 // value given ("unset": not set at all).
 func rankEnvWith(t *testing.T, key string) func(v string) func(string) string {

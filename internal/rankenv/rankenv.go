@@ -78,6 +78,10 @@ const (
 	// CommTCPCC is the TCP congestion control of the ranks' TCP links
 	// (unset: comm.DefaultTCPCongestion; "system": the host's own).
 	CommTCPCC = "GTRAIN_COMM_TCP_CC"
+	// CommTCPBuf is SO_SNDBUF and SO_RCVBUF of the ranks' TCP links, in
+	// bytes, as Open MPI's btl_tcp_sndbuf and btl_tcp_rcvbuf (unset or 0:
+	// the kernel's autotuning, the default).
+	CommTCPBuf = "GTRAIN_COMM_TCP_BUF"
 	// FaultFailAfterStep makes the first attempt of a job fail after the
 	// given step, once its checkpoints up to there are written: a fault
 	// injection that lets the tests of --max-restarts fail a real rank at a
