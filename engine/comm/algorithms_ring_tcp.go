@@ -26,11 +26,26 @@ func (o *opState) ringTCP(rp *ringPass, in, out *tcpConn) error {
 		t.fillDst, t.fillSrc = rp.local(r).b, rp.own.b
 	}
 	t.header()
-	// The header and the first step's chunks go at once, a later chunk
-	// once the chunk it forwards is in (tcpPass.sendable).
+	// The header goes at once, the first step's chunks as the window
+	// allows, a later chunk once the chunk it forwards is in
+	// (tcpPass.sendable).
 	t.nFirst, t.gated = ringPlan(t, rp), true
+	t.window = max(2, tcpRingWindow/max(1, o.chunkLen(rp.dt)*rp.dt.Size()))
 	return t.run()
 }
+
+// tcpRingWindow is how many bytes of the ring's first step a rank sends
+// ahead of what it has received. Every chunk of the first step may go at
+// once, and did until 2026-11-27; with a 2-rank reduce-scatter or
+// all-gather that is the whole call's data, written into the peer's
+// socket faster than the peer reads it. Between two hosts of one core
+// each, whole runs of such calls of 8-64 MiB then took 3-4x longer, each
+// rank busy in the kernel throughout; with 1 MiB ahead no run did
+// (docs/benchmarks.md, "Socket buffers"). A rank always has its first
+// two chunks to send, and each chunk received lets one more go, so no
+// ring waits on itself: each rank's peer before it sends as much as it
+// has received, and window more.
+const tcpRingWindow = 1 << 20
 
 // ringPlan lists the chunks of the pass, in the order of the
 // two-goroutine ring, and returns how many chunks wait for no receive.

@@ -66,6 +66,7 @@ type tcpPass struct {
 	lens    []byte
 	gated   bool // a message after the first nFirst waits for the one it forwards (the ring)
 	nFirst  int
+	window  int  // on the ring, first-step message i waits for item i-window (0: none waits)
 	hdrOut  bool // sends[0] is the header
 	next    int
 	wq      [][]byte
@@ -246,8 +247,10 @@ func (t *tcpPass) alive() error {
 }
 
 // sendable reports whether message i may go with done items finished:
-// any at once, or on the ring the header and the first step's chunks at
-// once and a later chunk once the chunk it forwards is in.
+// any at once, or on the ring the header at once, the first step's chunks
+// once all but window of those before them have been matched by a chunk
+// received (tcpRingWindow), and a later chunk once the chunk it forwards
+// is in.
 func (t *tcpPass) sendable(i, done int) bool {
 	if !t.gated {
 		return true
@@ -261,7 +264,10 @@ func (t *tcpPass) sendable(i, done int) bool {
 	if t.hdrIn {
 		done--
 	}
-	return i < t.nFirst || done > i-t.nFirst
+	if i < t.nFirst {
+		return t.window == 0 || done > i-t.window
+	}
+	return done > i-t.nFirst
 }
 
 // write queues what may be sent and writes what the socket takes.
