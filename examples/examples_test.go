@@ -231,7 +231,7 @@ func TestEnvMatchesTorchrun(t *testing.T) {
 	parent := envMap(env)
 	errFiles := map[string]int{} // gtrain's TORCHELASTIC_ERROR_FILE → rank
 	for rank := range nproc {
-		want := added(readDump(t, dumps, "torchrun", rank), parent)
+		want := modernNames(added(readDump(t, dumps, "torchrun", rank), parent))
 		got := added(readDump(t, dumps, "gtrain", rank), parent)
 		if diff := envDiff(want, got); len(diff) > 0 {
 			t.Errorf("rank %d: environment differs from torchrun's (variables the launcher added or changed):\n  %s",
@@ -244,6 +244,25 @@ func TestEnvMatchesTorchrun(t *testing.T) {
 			errFiles[f] = rank
 		}
 	}
+}
+
+// modernNames brings an older torchrun's variables to those of the torchrun
+// gtrain follows, PyTorch 2.2's and later (2.11's seen beside gtrain's on a
+// GPU machine: docs/gpu.md). Before 2.2 the NCCL watchdog's switch was named
+// NCCL_ASYNC_ERROR_HANDLING (Debian 12's 1.13), and later torchruns also set
+// TORCHELASTIC_SIGNALS_TO_HANDLE to their default list.
+func modernNames(want map[string]string) map[string]string {
+	const old, async, sigs = "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"
+	if v, ok := want[old]; ok {
+		if _, ok := want[async]; !ok {
+			want[async] = v
+			delete(want, old)
+		}
+	}
+	if _, ok := want[sigs]; !ok {
+		want[sigs] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+	}
+	return want
 }
 
 // envDiff compares the variables torchrun added (want) with those gtrain

@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -197,9 +196,17 @@ func (p *Job) environFor(r Rank, h Host, o JobOptions) map[string]string {
 	for k, v := range set {
 		env[k] = v
 	}
-	// torchrun sets this for NCCL's watchdog unless the user chose otherwise.
-	if _, ok := env["NCCL_ASYNC_ERROR_HANDLING"]; !ok {
-		env["NCCL_ASYNC_ERROR_HANDLING"] = cmp.Or(o.Getenv("NCCL_ASYNC_ERROR_HANDLING"), "1")
+	// As torchrun (PyTorch 2.2 and later, checked against 2.11's): NCCL's
+	// watchdog handles a failed collective unless the user chose. A choice
+	// under the old name stands alone: the new one beside it would
+	// override it (and PyTorch warns whenever the old name is set, so
+	// gtrain sets only the new).
+	chosen := userSet(env, o, rankenv.AsyncErrorHandling)
+	if old := userSet(env, o, rankenv.AsyncErrorHandlingOld); !chosen && !old {
+		env[rankenv.AsyncErrorHandling] = "1"
+	}
+	if !userSet(env, o, rankenv.SignalsToHandle) {
+		env[rankenv.SignalsToHandle] = rankenv.DefaultSignalsToHandle
 	}
 	// torchrun: one OpenMP thread per rank when several share a host and the
 	// user set none, so N ranks do not each spawn a thread per core.
@@ -322,4 +329,18 @@ func (p *Job) Assignment(i, attempt int) *proto.Assignment {
 		}
 	}
 	return s
+}
+
+// userSet reports whether the user chose variable k, with --env or in the
+// launcher's environment; the latter is copied into env, so that it reaches
+// ranks on other hosts too.
+func userSet(env map[string]string, o JobOptions, k string) bool {
+	if _, ok := env[k]; ok {
+		return true
+	}
+	if v := o.Getenv(k); v != "" {
+		env[k] = v
+		return true
+	}
+	return false
 }

@@ -41,7 +41,8 @@ func TestJobRankEnv(t *testing.T) {
 		"WORLD_SIZE": "5", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default", "ROLE_WORLD_SIZE": "5",
 		"MASTER_PORT":               "4321", // pinned; MASTER_ADDR is determined at launch for remote hosts "TORCHELASTIC_RESTART_COUNT": "0",
 		"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "job-1", "TORCHELASTIC_USE_AGENT_STORE": "False",
-		"GTRAIN_RUN_ID": "job-1", "NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
+		"GTRAIN_RUN_ID": "job-1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1",
+		"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
 	}
 	if _, ok := p.Ranks[0].Env["MASTER_ADDR"]; ok || p.MasterAddr != "" {
 		t.Errorf("MASTER_ADDR = %q in the Job of a remote job; it is determined at launch", p.Ranks[0].Env["MASTER_ADDR"])
@@ -96,6 +97,60 @@ func TestJobLocal(t *testing.T) {
 			}
 			if len(p.RunID) != 36 || strings.Count(p.RunID, "-") != 4 {
 				t.Errorf("run id %q is not a UUID", p.RunID)
+			}
+		})
+	}
+}
+
+// TestJobTorchVars checks the variables that torchrun sets only unless the
+// user did: the user's choice, under either name of the NCCL watchdog's
+// switch, with --env or inherited, is what the rank gets, and the old name
+// never gets the new one beside it (PyTorch would take the new one).
+func TestJobTorchVars(t *testing.T) {
+	const (
+		async, old, sigs = "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"
+		unset            = "<unset>"
+	)
+	tests := []struct {
+		name      string
+		env       []string          // --env
+		inherited map[string]string // the launcher's environment
+		want      map[string]string
+	}{
+		{"torchrun's defaults", nil, nil,
+			map[string]string{async: "1", old: unset, sigs: "SIGTERM,SIGINT,SIGHUP,SIGQUIT"}},
+		{"inherited new name kept", nil, map[string]string{async: "0"},
+			map[string]string{async: "0", old: unset}},
+		{"inherited old name kept alone", nil, map[string]string{old: "0"},
+			map[string]string{async: unset, old: "0"}},
+		{"both inherited, both kept", nil, map[string]string{old: "0", async: "3"},
+			map[string]string{async: "3", old: "0"}},
+		{"--env new name", []string{async + "=2"}, map[string]string{old: "0"},
+			map[string]string{async: "2", old: "0"}},
+		{"--env old name kept alone", []string{old + "=0"}, nil,
+			map[string]string{async: unset, old: "0"}},
+		{"signals chosen", []string{sigs + "=SIGTERM"}, nil,
+			map[string]string{sigs: "SIGTERM", async: "1"}},
+		{"signals inherited", nil, map[string]string{sigs: "SIGINT"},
+			map[string]string{sigs: "SIGINT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewJob(JobOptions{Nodes: twoNodes(), FromHostfile: true, Command: []string{"x"}, Env: tt.env,
+				Getenv: func(k string) string { return tt.inherited[k] }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Ranks {
+				for k, want := range tt.want {
+					got, ok := r.Env[k]
+					if !ok {
+						got = unset
+					}
+					if got != want {
+						t.Errorf("rank %d: %s = %s, want %s", r.Rank, k, got, want)
+					}
+				}
 			}
 		})
 	}

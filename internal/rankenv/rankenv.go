@@ -32,7 +32,19 @@ const (
 	// ErrorFile is where a failing rank records its error, as torch's
 	// @record decorator does, for the launcher's failure report.
 	ErrorFile = "TORCHELASTIC_ERROR_FILE"
+	// SignalsToHandle is the signals torchrun's agent handles (its
+	// --signals-to-handle); torch's elastic code in a rank reads it, with
+	// the same list as its default.
+	SignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+	// AsyncErrorHandling turns on the NCCL watchdog's handling of a failed
+	// or stuck collective (PyTorch 2.2 and later; before, and still read
+	// with a deprecation warning, AsyncErrorHandlingOld).
+	AsyncErrorHandling    = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+	AsyncErrorHandlingOld = "NCCL_ASYNC_ERROR_HANDLING"
 )
+
+// DefaultSignalsToHandle is torchrun's default --signals-to-handle.
+const DefaultSignalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
 // gtrain's own variables, which torchrun does not set.
 const (
