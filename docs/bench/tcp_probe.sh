@@ -30,7 +30,7 @@ rate=${RATE:-none} pin=${PIN:-1}
 ((EUID == 0)) || { log "needs root: it creates network namespaces" && exit 2; }
 for c in ip tc nstat unshare taskset; do command -v "$c" >/dev/null || { log "needs $c (apt-get install iproute2 util-linux)" && exit 2; }; done
 timer=()
-[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "context switches: voluntary %w, involuntary %c; %e s")
+[[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f "context switches: voluntary %w, involuntary %c; %e s, user %U s, sys %S s")
 [[ ${#timer[@]} -gt 0 ]] || log "no /usr/bin/time (apt-get install time): context switches left out"
 
 tag=gtpr$$ net=10.214.$(($$ % 200 + 20))
@@ -97,6 +97,6 @@ for i in 0 1; do
 	echo "host h$i:"
 	[[ $rate == none ]] || ip netns exec "${ns[i]}" tc -s qdisc show dev "${ns[i]}" | grep -o 'dropped [0-9]*' | sed 's/^/  tbf /'
 	NSTAT_HISTORY=$tmp/nstat.$i ip netns exec "${ns[i]}" nstat 2>/dev/null |
-		grep -E '^(TcpOutSegs|TcpRetransSegs|TcpExtTCPSackRecovery|TcpExtTCPSACKReorder|TcpExtTCPTSReorder|TcpExtTCPFullUndo|TcpExtTCPPartialUndo|TcpExtTCPDSACKUndo|TcpExtTCPDSACKRecvSegs|TcpExtTCPLossProbes|TcpExtTCPTimeouts|TcpExtTCPOFOQueue) ' |
+		grep -E '^(TcpOutSegs|TcpRetransSegs|TcpExtTCPSackRecovery|TcpExtTCPSACKReorder|TcpExtTCPTSReorder|TcpExtTCPFullUndo|TcpExtTCPPartialUndo|TcpExtTCPDSACKUndo|TcpExtTCPDSACKRecvSegs|TcpExtTCPLossProbes|TcpExtTCPTimeouts|TcpExtTCPOFOQueue|TcpExtTCPRcvCollapsed|TcpExtPruneCalled|TcpExtRcvPruned|TcpExtTCPRcvQDrop|TcpExtTCPBacklogCoalesce|TcpExtTCPMemoryPressures|TcpExtTCPToZeroWindowAdv|TcpExtTCPFromZeroWindowAdv|TcpExtTCPWantZeroWindowAdv|TcpExtTCPZeroWindowDrop|TcpExtTCPRcvCoalesce) ' |
 		awk '{printf "  %s %s\n", $1, $2}'
 done
