@@ -33,8 +33,8 @@ const (
 	// @record decorator does, for the launcher's failure report.
 	ErrorFile = "TORCHELASTIC_ERROR_FILE"
 	// SignalsToHandle is the signals torchrun's agent handles (its
-	// --signals-to-handle); torch's elastic code in a rank reads it, with
-	// the same list as its default.
+	// --signals-to-handle), which torchrun (2.11, seen) passes on to every
+	// rank.
 	SignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 	// AsyncErrorHandling turns on the NCCL watchdog's handling of a failed
 	// or stuck collective (PyTorch 2.2 and later; before, and still read
