@@ -210,12 +210,8 @@ func (p *Job) environFor(r Rank, h Host, o JobOptions) map[string]string {
 	}
 	// torchrun: one OpenMP thread per rank when several share a host and the
 	// user set none, so N ranks do not each spawn a thread per core.
-	if _, ok := env["OMP_NUM_THREADS"]; !ok {
-		if v := o.Getenv("OMP_NUM_THREADS"); v != "" {
-			env["OMP_NUM_THREADS"] = v
-		} else if len(h.Slots) > 1 && !p.bindsCPUs() {
-			env["OMP_NUM_THREADS"] = "1"
-		}
+	if !userSet(env, o, "OMP_NUM_THREADS") && len(h.Slots) > 1 && !p.bindsCPUs() {
+		env["OMP_NUM_THREADS"] = "1"
 	}
 	// DeepSpeed's launcher: a hostfile's slots are device ids; every rank of
 	// the node sees the node's selected devices and picks its own by
